@@ -1,0 +1,39 @@
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/**
+ * The installed package's root (the folder holding infradev's package.json). Works both from the
+ * TypeScript sources (vitest, tsx) and from the compiled `dist/` tree, whose depths differ.
+ */
+export function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const pkg = join(dir, "package.json");
+    if (existsSync(pkg)) {
+      try {
+        if ((JSON.parse(readFileSync(pkg, "utf8")) as { name?: string }).name === "infradev") return dir;
+      } catch {
+        // not ours; keep walking up
+      }
+    }
+    const up = dirname(dir);
+    if (up === dir) throw new Error("infradev: cannot locate the package root (no package.json named infradev above this file)");
+    dir = up;
+  }
+}
+
+/** Python helpers shipped with the package (launcher, probe library, analysis). */
+export function pythonHelpersDir(): string {
+  return join(packageRoot(), "sandbox", "python");
+}
+
+/** The bundled tasks folder. */
+export function bundledTasksDir(): string {
+  return join(packageRoot(), "tasks");
+}
+
+/** The bundled skills folder. */
+export function skillsDir(): string {
+  return join(packageRoot(), "skills");
+}

@@ -1,0 +1,61 @@
+/**
+ * The one interface every sandbox backend (local = bubblewrap, docker, none) implements, and the
+ * process-runner seam through which the rank launcher, pytest and the grader run commands.
+ */
+
+export type SandboxKind = "local" | "docker" | "none";
+
+export interface ExecOptions {
+  /** Working directory as the sandbox sees it; relative paths resolve against `repoDir`. */
+  cwd?: string;
+  /** Extra environment variables (merged over the sandbox's base environment). */
+  env?: Record<string, string>;
+  /** Wall-clock limit; on expiry the whole process tree is killed and `timedOut` is set. */
+  timeoutSec?: number;
+  /** Cap on stdout + stderr kept in memory (head and tail kept); the full log is saved to a file. */
+  maxOutputBytes?: number;
+  /** Cancels the command (kills the whole process tree) when aborted. */
+  signal?: AbortSignal;
+  /** Streaming output, for progress. */
+  onOutput?: (chunk: string, stream: "stdout" | "stderr") => void;
+}
+
+export interface ExecResult {
+  /** Exit code, or null when the process was killed by a signal. */
+  exitCode: number | null;
+  /** The signal that ended the process, if any. */
+  signal: string | null;
+  timedOut: boolean;
+  cancelled: boolean;
+  /** Captured output, capped to maxOutputBytes (head + marker + tail). */
+  stdout: string;
+  stderr: string;
+  /** True when stdout or stderr was cut. */
+  truncated: boolean;
+  /** Host path of the full log (stdout and stderr) when one was saved. */
+  logPath?: string;
+  durationMs: number;
+  /** False only for the `none` backend: nothing is isolated. */
+  isolated: boolean;
+  /** Set when the backend itself failed (not the command): bwrap missing, engine unreachable... */
+  harnessError?: string;
+  /** Set when the container / cgroup's memory limit killed the command. */
+  oomKilled?: boolean;
+}
+
+export interface Sandbox {
+  readonly kind: SandboxKind;
+  /** The repo (workspace) path as commands inside the sandbox see it. */
+  readonly repoDir: string;
+  /** The same repo on the host (where the server / grader reads results). */
+  readonly hostRepoDir: string;
+  /** Where the package's sandbox/python helpers are visible inside the sandbox (read-only). */
+  readonly pythonHelpersDir: string;
+  /** The Python interpreter to use inside the sandbox. */
+  readonly python: string;
+  /** Run argv (never a shell string; a shell is argv ["bash", "-lc", cmd] inside the sandbox). */
+  exec(argv: string[], opts?: ExecOptions): Promise<ExecResult>;
+  /** Maps a path inside repoDir (sandbox view) to the host path, or throws if it is outside. */
+  toHostPath(sandboxPath: string): string;
+  close(): Promise<void>;
+}

@@ -1,0 +1,85 @@
+import { z } from "zod";
+
+/** The task.yaml format. `schema_version` lets the format evolve without silently misreading old files. */
+
+export const TASK_SCHEMA_VERSION = 1;
+
+const relPath = z
+  .string()
+  .min(1, "expected a non-empty relative path")
+  .refine((p) => !p.includes("\0"), "must not contain NUL")
+  .refine((p) => !p.startsWith("/") && !/^[A-Za-z]:[\\/]/.test(p), "expected a relative path, got an absolute one")
+  .refine((p) => !p.split(/[\\/]/).includes(".."), "must stay inside the task folder (no '..')");
+
+const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "expected an environment variable name");
+
+export const DirSourceSchema = z.strictObject({
+  kind: z.literal("dir"),
+  path: relPath.describe("pre-PR snapshot folder, relative to the task folder"),
+});
+
+export const GitSourceSchema = z.strictObject({
+  kind: z.literal("git"),
+  url: z.string().min(1),
+  base: z.string().regex(/^[0-9a-f]{7,40}$/, "expected a commit sha (pre-PR)"),
+  merge: z.string().regex(/^[0-9a-f]{7,40}$/, "expected a commit sha (post-PR)").optional(),
+});
+
+export const SourceSchema = z.discriminatedUnion("kind", [DirSourceSchema, GitSourceSchema]);
+
+export const HiddenLayoutSchema = z.strictObject({
+  dir: relPath.default("hidden"),
+  golden_patch: relPath.default("hidden/golden.patch"),
+  hollow_patch: relPath.default("hidden/hollow.patch"),
+  tests: relPath.default("hidden/tests"),
+  probes: relPath.default("hidden/probes"),
+  adversarial: relPath.default("hidden/adversarial"),
+});
+
+export const TaskSpecSchema = z.strictObject({
+  schema_version: z.literal(TASK_SCHEMA_VERSION),
+  id: z.string().regex(/^[a-z0-9][a-z0-9-]*$/, "expected a lowercase id of letters, digits and '-'"),
+  title: z.string().min(1),
+  category: z.enum(["training", "inference", "rl"]),
+  type: z.enum(["feature", "performance", "refactor", "bugfix"]),
+  source: SourceSchema,
+  test_dirs: z.array(relPath).min(1),
+  ranks: z.number().int().min(1).max(1024),
+  timeout_sec: z.number().positive().max(86_400).describe("per test"),
+  run_timeout_sec: z.number().positive().max(7 * 86_400).default(1800),
+  modes: z.record(z.string().regex(/^[a-z0-9_-]+$/, "expected a mode name of [a-z0-9_-]"), z.record(envVarName, z.string())).default({ default: {} }),
+  requires_gpu: z.boolean().default(false),
+  image: z.string().min(1).optional().describe("container image for the docker sandbox"),
+  gpus: z.union([z.literal("all"), z.number().int().min(0), z.array(z.string())]).optional(),
+  env: z
+    .strictObject({
+      python: z.string().min(1).default("/usr/bin/python3"),
+      lock: z.string().optional(),
+      vars: z.record(envVarName, z.string()).default({}),
+    })
+    .default({ python: "/usr/bin/python3", vars: {} }),
+  hidden: HiddenLayoutSchema.default({
+    dir: "hidden",
+    golden_patch: "hidden/golden.patch",
+    hollow_patch: "hidden/hollow.patch",
+    tests: "hidden/tests",
+    probes: "hidden/probes",
+    adversarial: "hidden/adversarial",
+  }),
+});
+
+export type TaskSpec = z.infer<typeof TaskSpecSchema>;
+
+export const PROBE_KINDS = ["numerical", "resource", "state", "condition"] as const;
+export type ProbeKind = (typeof PROBE_KINDS)[number];
+
+/** hidden/adversarial/index.yaml */
+export const AdversarialIndexSchema = z.array(
+  z.strictObject({
+    name: z.string().regex(/^[a-z0-9][a-z0-9-]*$/, "expected a lowercase name of letters, digits and '-'"),
+    patch: relPath,
+    breaks: z.array(z.string().min(1)).min(1),
+    description: z.string().min(1),
+  }),
+);
+export type AdversarialEntry = z.infer<typeof AdversarialIndexSchema>[number];
