@@ -1,0 +1,33 @@
+#!/usr/bin/env node
+import { Command, CommanderError } from "commander";
+import { TaskError } from "../tasks/errors.js";
+import { registerTasksCommands } from "./tasks.js";
+
+/** The `infradev` command: thin; each sub-command lives in its own file and calls the modules. */
+export function buildProgram(): Command {
+  const program = new Command()
+    .name("infradev")
+    .description("MCP server and grader for coding agents that change AI infrastructure")
+    .version("0.1.0")
+    .showHelpAfterError();
+  registerTasksCommands(program);
+  return program;
+}
+
+async function main(): Promise<void> {
+  const program = buildProgram();
+  program.exitOverride();
+  try {
+    await program.parseAsync(process.argv);
+  } catch (e) {
+    if (e instanceof CommanderError) process.exit(e.exitCode);
+    if (e instanceof TaskError) {
+      process.stderr.write(`infradev: ${e.message}\n`);
+      process.exit(2);
+    }
+    process.stderr.write(`infradev: ${(e as Error).stack ?? String(e)}\n`);
+    process.exit(1);
+  }
+}
+
+await main();

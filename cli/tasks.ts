@@ -1,0 +1,66 @@
+import type { Command } from "commander";
+import { loadPublicTask, listTaskIds } from "../tasks/loader.js";
+import { taskRunnableHere } from "../tasks/runnable.js";
+
+export interface TaskRow {
+  id: string;
+  title: string;
+  category: string;
+  type: string;
+  ranks: number;
+  requires_gpu: boolean;
+  runnable: boolean;
+  reason?: string;
+}
+
+export function taskRows(tasksRoot?: string): TaskRow[] {
+  return listTaskIds(tasksRoot).map((id) => {
+    const t = loadPublicTask(id, tasksRoot);
+    const r = taskRunnableHere(t.spec);
+    return {
+      id,
+      title: t.spec.title,
+      category: t.spec.category,
+      type: t.spec.type,
+      ranks: t.spec.ranks,
+      requires_gpu: t.spec.requires_gpu,
+      runnable: r.runnable,
+      ...(r.reason ? { reason: r.reason } : {}),
+    };
+  });
+}
+
+export function formatTable(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
+  return [line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n");
+}
+
+export function registerTasksCommands(program: Command): void {
+  const tasks = program.command("tasks").description("list and inspect tasks");
+  tasks
+    .command("list")
+    .description("one row per task: id, title, category, type, ranks, requires_gpu, runnable here")
+    .option("--json", "print JSON")
+    .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
+    .action((opts: { json?: boolean; tasksDir?: string }) => {
+      const rows = taskRows(opts.tasksDir);
+      if (opts.json) {
+        process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
+        return;
+      }
+      process.stdout.write(
+        `${formatTable(
+          ["id", "title", "category", "type", "ranks", "requires_gpu", "runnable here"],
+          rows.map((r) => [r.id, r.title, r.category, r.type, String(r.ranks), String(r.requires_gpu), r.runnable ? "yes" : `no: ${r.reason}`]),
+        )}\n`,
+      );
+    });
+  tasks
+    .command("show <id>")
+    .description("print the prompt the agent will get")
+    .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
+    .action((id: string, opts: { tasksDir?: string }) => {
+      process.stdout.write(loadPublicTask(id, opts.tasksDir).prompt);
+    });
+}
