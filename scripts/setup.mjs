@@ -1,0 +1,59 @@
+#!/usr/bin/env node
+// One-step set-up for a fresh machine, used by the README's two commands (`npm run demo`, `npm test`):
+// Node dependencies (npm ci when the lock changed), the TypeScript build, and the Python side
+// (torch + pytest for /usr/bin/python3, bubblewrap). Only Node built-ins here: this runs before
+// node_modules exists.
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const say = (msg) => process.stderr.write(`[setup] ${msg}\n`);
+const run = (cmd, args, opts = {}) => {
+  say(`$ ${cmd} ${args.join(" ")}`);
+  const r = spawnSync(cmd, args, { cwd: root, stdio: ["ignore", process.stderr, process.stderr], ...opts });
+  if (r.error) throw new Error(`${cmd}: ${r.error.message}`);
+  if (r.status !== 0) {
+    say(`failed: ${cmd} ${args.join(" ")} (exit ${r.status})`);
+    process.exit(r.status ?? 1);
+  }
+};
+const quiet = (cmd, args) => spawnSync(cmd, args, { stdio: "ignore" }).status === 0;
+
+// 1. Node dependencies, reinstalled only when package-lock.json changed.
+const lock = join(root, "package-lock.json");
+const stamp = join(root, "node_modules", ".infradev-lock-sha256");
+const lockHash = createHash("sha256").update(readFileSync(lock)).digest("hex");
+if (!existsSync(stamp) || readFileSync(stamp, "utf8").trim() !== lockHash) {
+  run("npm", ["ci", "--no-audit", "--no-fund"]);
+  writeFileSync(stamp, `${lockHash}\n`);
+}
+
+// 2. Build (tsc is incremental enough on this code base: a few seconds).
+run("npm", ["run", "--silent", "build"]);
+
+// 3. Python side. Tasks name their interpreter; the bundled ones use Debian's /usr/bin/python3.
+const python = process.env.INFRADEV_PYTHON ?? "/usr/bin/python3";
+const pythonOk = existsSync(python) && quiet(python, ["-c", "import torch, pytest"]);
+const bwrapOk = quiet("bwrap", ["--version"]);
+if (!pythonOk || !bwrapOk) {
+  const pkgs = ["python3-torch", "python3-pytest", "bubblewrap"];
+  const debian = existsSync("/etc/debian_version");
+  const isRoot = process.getuid?.() === 0;
+  if (debian && isRoot && process.env.INFRADEV_NO_APT !== "1") {
+    say(`installing ${pkgs.join(" ")} with apt (torch + pytest for ${python}: ${pythonOk ? "ok" : "missing"}; bwrap: ${bwrapOk ? "ok" : "missing"})`);
+    run("apt-get", ["update", "-qq"]);
+    run("apt-get", ["install", "-y", "-qq", "--no-install-recommends", ...pkgs], { env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" } });
+  } else {
+    say(`missing: ${!pythonOk ? `torch/pytest for ${python} ` : ""}${!bwrapOk ? "bubblewrap" : ""}`);
+    say(
+      debian
+        ? `run as root: apt-get update && apt-get install -y ${pkgs.join(" ")}`
+        : `install PyTorch and pytest for ${python} (or set INFRADEV_PYTHON to an interpreter that has them) and bubblewrap (https://github.com/containers/bubblewrap), then re-run`,
+    );
+    process.exit(1);
+  }
+}
+say("ready");
