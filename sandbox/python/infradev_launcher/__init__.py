@@ -1,0 +1,1 @@
+"""The rank launcher behind infradev_launch.py (stdlib only: it never imports torch or pytest)."""

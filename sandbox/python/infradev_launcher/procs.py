@@ -1,0 +1,150 @@
+"""Processes: free ports, the ranks' environment, and killing whole process trees (Linux /proc)."""
+
+import os
+import signal
+import socket
+import time
+
+# NVLink multicast (NVLS / symmetric-memory multicast) must stay off on our GPU machines.
+ALWAYS_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # sandbox/python
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(nproc, port, out_dir, session, skip_file):
+    """Environment shared by every rank (the per-rank variables are added by the caller)."""
+    env = dict(os.environ)
+    env.update(ALWAYS_ENV)
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = HERE + (os.pathsep + path if path else "")
+    env.update(
+        {
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "INFRADEV_OUT_DIR": out_dir,
+            "INFRADEV_SESSION": str(session),
+            "INFRADEV_LAUNCHER_PID": str(os.getpid()),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if skip_file:
+        env["INFRADEV_SKIP_FILE"] = skip_file
+    else:
+        env.pop("INFRADEV_SKIP_FILE", None)
+    # As torchrun does: N ranks each using every core would oversubscribe the machine.
+    if nproc > 1:
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def rank_env(env, rank):
+    env = dict(env)
+    env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0"})
+    return env
+
+
+def become_subreaper():
+    """Orphaned grandchildren are re-parented to us instead of init, so kill_tree still finds them."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        return False
+
+
+def _proc_table():
+    """pid -> (ppid, pgid, sid, state) for every process we can see."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        rest = data[data.rfind(b")") + 2:].split()  # the command name may hold spaces and parens
+        try:
+            table[int(name)] = (int(rest[1]), int(rest[2]), int(rest[3]), rest[0].decode())
+        except (IndexError, ValueError):
+            continue
+    return table
+
+
+def tree_pids(roots):
+    """Live (non-zombie) processes that descend from `roots` or share a root's session."""
+    roots = set(roots)
+    table = _proc_table()
+    children = {}
+    for pid, (ppid, _pgid, _sid, _state) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found = set()
+    stack = [p for p in roots if p in table]
+    stack += [pid for pid, (_pp, _pg, sid, _st) in table.items() if sid in roots]
+    while stack:
+        pid = stack.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        stack.extend(children.get(pid, ()))
+    me = os.getpid()
+    found.discard(me)
+    return {pid for pid in found if table.get(pid, ("", "", "", "Z"))[3] != "Z"}
+
+
+def _signal(pids, sig, groups=()):
+    for pgid in groups:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def reap_orphans(tracked):
+    """Collect zombies re-parented to us (subreaper) that no Popen object waits for."""
+    table = _proc_table()
+    me = os.getpid()
+    for pid, (ppid, _pg, _sid, state) in table.items():
+        if ppid == me and state == "Z" and pid not in tracked:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def kill_tree(roots, term_grace_s=2.0, tracked=()):
+    """SIGTERM every process of the ranks' trees (their groups and every descendant), then SIGKILL
+    whatever is left after term_grace_s. Returns the number of processes still alive (0 normally)."""
+    roots = [p for p in roots if p]
+    pids = tree_pids(roots)
+    _signal(pids, signal.SIGTERM, groups=roots)
+    deadline = time.monotonic() + term_grace_s
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        reap_orphans(tracked)
+        pids = tree_pids(roots)
+    kill_deadline = time.monotonic() + 5.0
+    while pids and time.monotonic() < kill_deadline:
+        _signal(pids, signal.SIGKILL, groups=roots)
+        time.sleep(0.05)
+        reap_orphans(tracked)
+        pids = tree_pids(roots)
+    return len(pids)

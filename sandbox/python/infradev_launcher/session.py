@@ -1,0 +1,240 @@
+"""One session: start the ranks, watch their progress files, stop them on hang / crash / timeout."""
+
+import glob
+import os
+import signal
+import time
+
+from infradev_outputs import STATE_FINISHED, STATE_IDLE, STATE_RUNNING, rank_file, read_json, write_json_atomic
+
+from . import procs
+from .ranks import start_ranks
+
+POLL_S = 0.2
+STACK_WAIT_S = 1.0
+# Files that describe one session only; results.jsonl, the logs and stacks.txt span the whole run.
+PER_SESSION = ("current.json", "collected.json", "entry.json", "exit.json", "probe.json")
+
+
+class SessionResult:
+    def __init__(self, session, launcher, port):
+        self.session = session
+        self.launcher = launcher
+        self.port = port
+        self.exit_codes = []
+        self.duration_s = 0.0
+        self.event = None  # dict, see make_event
+        self.final_states = []  # each rank's last rank{r}.current.json (None: the plugin never started)
+        self.collected = []  # each rank's rank{r}.collected.json
+        self.stacks = {}  # rank -> Python stacks dumped at a hang
+        self.launch_error = None
+        self.start_failure = None  # torchrun died before starting any rank
+        self.survivors = 0
+        self.skipped = 0
+        self.ended_at = 0.0  # wall clock when the ranks were stopped (or had all exited)
+        self.killed = {}  # rank -> {nodeid: record} of tests killed mid-run (report.killed_records)
+
+    def summary(self):
+        return {
+            "session": self.session,
+            "launcher": self.launcher,
+            "port": self.port,
+            "exit_codes": self.exit_codes,
+            "duration_s": round(self.duration_s, 3),
+            "skipped_from_earlier_sessions": self.skipped,
+            "event": self.event["kind"] if self.event else None,
+        }
+
+
+def make_event(kind, rank, test, after_s, detail, session, t_launch, **extra):
+    event = {
+        "kind": kind,
+        "rank": rank,
+        "test": test,
+        "after_s": round(after_s, 3),
+        "detail": detail,
+        "session": session,
+        "at_s": round(time.monotonic() - t_launch, 3),
+    }
+    event.update(extra)
+    return event
+
+
+def describe_exit(code):
+    if code is None:
+        return "was killed"
+    if code < 0:
+        try:
+            return "was killed by %s" % signal.Signals(-code).name
+        except ValueError:
+            return "was killed by signal %d" % -code
+    return "exited with code %d" % code
+
+
+def _clear_session_files(out_dir, nproc):
+    for rank in range(nproc):
+        for suffix in PER_SESSION:
+            try:
+                os.remove(rank_file(out_dir, rank, suffix))
+            except FileNotFoundError:
+                pass
+    for tmp in glob.glob(os.path.join(out_dir, "rank*.json.tmp*")):
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+
+
+def _states(out_dir, nproc):
+    return [read_json(rank_file(out_dir, r, "current.json")) for r in range(nproc)]
+
+
+def _finished(state):
+    return bool(state) and state.get("state") == STATE_FINISHED
+
+
+def _find_hang(cfg, states, codes, now, session, t_launch):
+    """The rank stuck longest past the per-test limit, as a hang event; None if none is."""
+    if cfg.per_test_timeout is None:
+        return None
+    worst = None
+    for rank, (state, code) in enumerate(zip(states, codes)):
+        if code is not None or not state or state.get("state") not in (STATE_RUNNING, STATE_IDLE, STATE_FINISHED):
+            continue
+        elapsed = now - float(state.get("since", now))
+        if elapsed > cfg.per_test_timeout and (worst is None or elapsed > worst[0]):
+            worst = (elapsed, rank, state)
+    if worst is None:
+        return None
+    elapsed, rank, state = worst
+    test = state.get("nodeid") if state.get("state") == STATE_RUNNING else None
+    stuck = [r for r, s in enumerate(states) if s and codes[r] is None and s.get("state") == STATE_RUNNING and s.get("nodeid") == test]
+    if test is not None:
+        detail = "%s ran past the per-test limit of %g s on rank %s (stuck on rank(s) %s)" % (
+            test, cfg.per_test_timeout, rank, ", ".join(map(str, stuck)))
+    elif state.get("state") == STATE_FINISHED:
+        detail = "rank %d finished its session but did not exit within %g s" % (rank, cfg.per_test_timeout)
+    else:
+        detail = "rank %d stayed between tests for more than %g s" % (rank, cfg.per_test_timeout)
+    return make_event("hang", rank, test, elapsed, detail, session, t_launch, ranks=stuck or [rank])
+
+
+def dump_stacks(out_dir, pids, states, reason):
+    """SIGUSR1 each live rank (its plugin registered faulthandler on it) and return what they dumped."""
+    offsets = {}
+    for rank, pid in enumerate(pids):
+        if not pid or not states[rank]:
+            continue
+        path = rank_file(out_dir, rank, "stacks.txt")
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("\n===== infradev: stacks of rank %d (pid %d): %s =====\n" % (rank, pid, reason))
+            offsets[rank] = f.tell()
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            offsets.pop(rank)
+    deadline = time.monotonic() + STACK_WAIT_S
+    pending = set(offsets)
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pending = {r for r in pending if os.path.getsize(rank_file(out_dir, r, "stacks.txt")) <= offsets[r]}
+    time.sleep(0.05)  # let a dump that has begun complete
+    stacks = {}
+    for rank, offset in offsets.items():
+        with open(rank_file(out_dir, rank, "stacks.txt"), encoding="utf-8", errors="replace") as f:
+            f.seek(offset)
+            stacks[rank] = f.read()
+    return stacks
+
+
+def _log_tail(out_dir, rank, lines=3):
+    try:
+        with open(rank_file(out_dir, rank, "log"), "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return "no log"
+    kept = [l.strip() for l in text.splitlines() if l.strip()]
+    return " | ".join(kept[-lines:]) or "empty log"
+
+
+def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
+    _clear_session_files(cfg.out_dir, cfg.nproc)
+    skip_file = None
+    if skip_ids:
+        skip_file = os.path.join(cfg.out_dir, "skip.json")
+        write_json_atomic(skip_file, sorted(skip_ids))
+    port = procs.free_port()
+    result = SessionResult(session, launcher, port)
+    result.skipped = len(skip_ids)
+    env = procs.base_env(cfg.nproc, port, cfg.out_dir, session, skip_file)
+    t0 = time.monotonic()
+    ranks = start_ranks(cfg, launcher, env, session)
+    abnormal = {}  # rank -> (wall clock when seen, exit code): exits without a finished session
+    killed = False
+    while True:
+        ranks.wait(POLL_S)
+        if ranks.done():
+            break
+        now = time.time()
+        codes = ranks.exit_codes()
+        states = _states(cfg.out_dir, cfg.nproc)
+        if stop.is_set():
+            result.event = make_event("interrupted", None, None, time.monotonic() - t_launch,
+                                      "the launcher received %s" % stop.reason, session, t_launch)
+            break
+        if time.monotonic() >= run_deadline:
+            result.event = make_event("run_timeout", None, None, time.monotonic() - t_launch,
+                                      "the run exceeded its limit of %g s" % cfg.run_timeout, session, t_launch)
+            break
+        for rank, code in enumerate(codes):
+            if code is not None and rank not in abnormal and not _finished(states[rank]):
+                abnormal[rank] = (now, code)
+        if abnormal:
+            # The others would wait forever in a collective with the dead rank: give them `grace`.
+            first = min(abnormal, key=lambda r: abnormal[r][0])
+            if now - abnormal[first][0] >= cfg.grace:
+                break
+            continue
+        hang = _find_hang(cfg, states, codes, now, session, t_launch)
+        if hang is not None:
+            result.event = hang
+            result.stacks = dump_stacks(cfg.out_dir, ranks.signal_pids(), states, hang["detail"])
+            break
+    result.ended_at = time.time()
+    if not ranks.done():
+        killed = True
+    result.survivors = procs.kill_tree(ranks.roots(), cfg.kill_grace, ranks.tracked())
+    wait_until = time.monotonic() + 5.0
+    while not ranks.done() and time.monotonic() < wait_until:
+        ranks.wait(0.1)
+    procs.reap_orphans(ranks.tracked())
+    result.duration_s = time.monotonic() - t0
+    result.exit_codes = ranks.exit_codes()
+    result.final_states = _states(cfg.out_dir, cfg.nproc)
+    result.collected = [read_json(rank_file(cfg.out_dir, r, "collected.json")) for r in range(cfg.nproc)]
+    result.start_failure = ranks.start_failure()
+    if result.start_failure or result.event is not None:
+        return result
+    if not killed:  # everyone exited by themselves: every unfinished exit is abnormal
+        for rank, code in enumerate(result.exit_codes):
+            if rank not in abnormal and not _finished(result.final_states[rank]):
+                abnormal[rank] = (time.time(), code)
+    if abnormal:
+        _classify_abnormal(cfg, result, abnormal, session, t_launch)
+    return result
+
+
+def _classify_abnormal(cfg, result, abnormal, session, t_launch):
+    first = min(abnormal, key=lambda r: abnormal[r][0])
+    seen_at, code = abnormal[first]
+    state = result.final_states[first]
+    if state is None:
+        never = [r for r in sorted(abnormal) if result.final_states[r] is None]
+        result.launch_error = "rank %d %s before pytest started (%s)" % (never[0], describe_exit(code), _log_tail(cfg.out_dir, never[0]))
+        return
+    test = state.get("nodeid") if state.get("state") == STATE_RUNNING else None
+    where = "while running %s" % test if test else "outside any test (state: %s)" % state.get("state")
+    after = seen_at - float(state.get("since", seen_at))
+    detail = "crash: rank %d %s %s" % (first, describe_exit(code), where)
+    result.event = make_event("crash", first, test, after, detail, session, t_launch, exit_code=code)

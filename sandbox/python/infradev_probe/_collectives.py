@@ -1,0 +1,189 @@
+"""Counting wrappers around torch.distributed collectives and point-to-point ops.
+
+The wrappers replace the functions on both `torch.distributed` and `torch.distributed.distributed_c10d`
+(usually the same objects: one wrapper per original function, so an alias is never counted twice).
+Code that bound a function before patching (`from torch.distributed import all_reduce` run before
+`import infradev_probe`) keeps the original and is not seen; so is anything that talks to the process
+group from C++ (torch's DistributedDataParallel reducer, functional collectives, NCCL calls made by
+extensions). That is why `install()` runs when infradev_probe is imported, and why, when torch is not
+imported yet, it waits for torch.distributed's import and patches right after it.
+
+Process-global state is unavoidable here: the patch itself is process-global, and collectives issued
+from autograd threads (backward hooks on CUDA) must reach every active measure, not only the ones
+opened on the calling thread.
+"""
+
+import functools
+import importlib.machinery
+import inspect
+import sys
+import threading
+
+# op -> (name of the parameter that holds the payload, "tensor" | "list" | None, fallback position).
+# Payload = the tensors the op sends from this rank (see README): the input of gathers and
+# reduce-scatters, the chunk of scatter, the tensor of broadcast / reduce / p2p; barrier sends none.
+OPS = {
+    "all_reduce": ("tensor", "tensor", 0),
+    "all_gather": ("tensor", "tensor", 1),
+    "all_gather_into_tensor": ("input_tensor", "tensor", 1),
+    "_all_gather_base": ("input_tensor", "tensor", 1),
+    "reduce_scatter": ("input_list", "list", 1),
+    "reduce_scatter_tensor": ("input", "tensor", 1),
+    "_reduce_scatter_base": ("input", "tensor", 1),
+    "broadcast": ("tensor", "tensor", 0),
+    "all_to_all": ("input_tensor_list", "list", 1),
+    "all_to_all_single": ("input", "tensor", 1),
+    "send": ("tensor", "tensor", 0),
+    "recv": ("tensor", "tensor", 0),
+    "isend": ("tensor", "tensor", 0),
+    "irecv": ("tensor", "tensor", 0),
+    "barrier": (None, None, 0),
+    "reduce": ("tensor", "tensor", 0),
+    "gather": ("tensor", "tensor", 0),
+    "scatter": ("tensor", "tensor", 0),
+    "all_reduce_coalesced": ("tensors", "list", 0),
+    "all_gather_coalesced": ("input_tensor_list", "list", 1),
+}
+
+# The private spellings count under their public names: Megatron-style code still calls them.
+CANONICAL = {"_all_gather_base": "all_gather_into_tensor", "_reduce_scatter_base": "reduce_scatter_tensor"}
+
+_lock = threading.Lock()
+# Active recorders. Replaced (never mutated) under _lock, so a wrapper reads it without locking.
+_active = ()
+_tls = threading.local()
+_wrappers = {}  # id(original function) -> wrapper
+_originals = []  # keeps the originals alive so their ids stay unique
+_hook = None
+
+
+def push_recorder(recorder):
+    global _active
+    with _lock:
+        _active = _active + (recorder,)
+
+
+def pop_recorder(recorder):
+    global _active
+    with _lock:
+        _active = tuple(r for r in _active if r is not recorder)
+
+
+def _tensor_bytes(t):
+    try:
+        return t.numel() * t.element_size()
+    except Exception:  # not a tensor (None, a wrapper subclass without storage): counts 0 bytes
+        return 0
+
+
+def _payload_bytes(payload, kind):
+    if payload is None or kind is None:
+        return 0
+    if kind == "list":
+        return sum(_tensor_bytes(t) for t in payload if t is not None)
+    return _tensor_bytes(payload)
+
+
+def _payload_position(fn, param, fallback):
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return fallback
+    return names.index(param) if param in names else fallback
+
+
+def _make_wrapper(fn, op):
+    param, kind, fallback = OPS[op]
+    name = CANONICAL.get(op, op)
+    pos = _payload_position(fn, param, fallback) if param else 0
+
+    @functools.wraps(fn)
+    def counted(*args, **kwargs):
+        active = _active
+        # depth > 0: called from inside another counted op on this thread (an alias or a torch
+        # function built on a public one) -- the outer call already counted it.
+        if not active or getattr(_tls, "depth", 0):
+            return fn(*args, **kwargs)
+        if param is None:
+            nbytes = 0
+        elif len(args) > pos:
+            nbytes = _payload_bytes(args[pos], kind)
+        else:
+            nbytes = _payload_bytes(kwargs.get(param), kind)
+        with _lock:
+            for rec in active:
+                rec.calls[name] += 1
+                rec.bytes[name] += nbytes
+        _tls.depth = 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _tls.depth = 0
+
+    counted._infradev_op = name
+    return counted
+
+
+def patch_loaded():
+    """Wrap every known op on torch.distributed and distributed_c10d, if they are imported. Idempotent."""
+    modules = [sys.modules.get("torch.distributed"), sys.modules.get("torch.distributed.distributed_c10d")]
+    modules = [m for m in modules if m is not None]
+    if not modules:
+        return False
+    with _lock:
+        for op in OPS:
+            for mod in modules:
+                current = getattr(mod, op, None)
+                if current is None or getattr(current, "_infradev_op", None):
+                    continue
+                wrapper = _wrappers.get(id(current))
+                if wrapper is None:
+                    wrapper = _make_wrapper(current, op)
+                    _wrappers[id(current)] = wrapper
+                    _originals.append(current)
+                setattr(mod, op, wrapper)
+    return True
+
+
+def is_patched():
+    dist = sys.modules.get("torch.distributed")
+    fn = getattr(dist, "all_reduce", None) if dist is not None else None
+    return bool(getattr(fn, "_infradev_op", None))
+
+
+class _PatchAfterImport:
+    """Meta-path finder: lets torch.distributed import normally, then patches it before anyone
+    (a test module's `from torch.distributed import all_reduce`) can bind the originals."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch.distributed":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_then_patch(module):
+            run_module(module)
+            _remove_hook()
+            patch_loaded()
+
+        spec.loader.exec_module = exec_then_patch
+        return spec
+
+
+def _remove_hook():
+    global _hook
+    if _hook is not None and _hook in sys.meta_path:
+        sys.meta_path.remove(_hook)
+    _hook = None
+
+
+def install():
+    """Patch torch.distributed now if it is imported, else right after its import. Idempotent."""
+    global _hook
+    if patch_loaded():
+        return
+    if _hook is None:
+        _hook = _PatchAfterImport()
+        sys.meta_path.insert(0, _hook)

@@ -1,0 +1,219 @@
+"""pytest plugin (`-p infradev_probe.plugin`): per-test resources and progress for the rank launcher.
+
+Always: registers the `probe(promise=..., kind=...)` marker. With INFRADEV_OUT_DIR set (the launcher
+sets it), also records, for this rank (RANK, default 0), into that folder:
+  rank{r}.current.json    the test running now and since when (atomically replaced; the launcher's
+                          hang detector reads it)
+  rank{r}.results.jsonl   one line per finished test (setup + call + teardown merged)
+  rank{r}.collected.json  node ids collected (after -k / skip-list deselection) and collection errors
+  rank{r}.probe.json      every test of the session, written at session end
+  rank{r}.stacks.txt      Python stacks of every thread, dumped when the launcher sends SIGUSR1
+Tests listed in the JSON file named by INFRADEV_SKIP_FILE are deselected (the launcher's restarts).
+"""
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from infradev_outputs import (
+    OUT_DIR_ENV,
+    SESSION_ENV,
+    SKIP_FILE_ENV,
+    STATE_CONFIGURED,
+    STATE_FINISHED,
+    STATE_IDLE,
+    STATE_RUNNING,
+    cap_text,
+    rank_file,
+    read_json,
+    write_json_atomic,
+)
+
+from . import measure
+
+PROBE_KINDS = ("numerical", "resource", "state", "condition")
+_MEASURED_FIELDS = ("wall_time_s", "peak_memory_bytes", "peak_memory_delta_bytes", "reserved_memory_bytes", "memory_kind", "calls", "bytes")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "probe(promise, kind): a hidden probe checking the named promise of a change; kind is one of "
+        + ", ".join(PROBE_KINDS),
+    )
+    out_dir = os.environ.get(OUT_DIR_ENV)
+    if out_dir and not config.pluginmanager.has_plugin("infradev_rank_recorder"):
+        config.pluginmanager.register(RankRecorder(out_dir), "infradev_rank_recorder")
+
+
+def probe_marker(item):
+    mark = item.get_closest_marker("probe")
+    if mark is None:
+        return {}
+    promise = mark.kwargs.get("promise", mark.args[0] if mark.args else None)
+    kind = mark.kwargs.get("kind", mark.args[1] if len(mark.args) > 1 else None)
+    return {"probe": {"promise": promise, "kind": kind}}
+
+
+def _short_message(report):
+    longrepr = report.longrepr
+    if longrepr is None:
+        return ""
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (file, line, reason)
+        reason = str(longrepr[2])
+        return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None and getattr(crash, "message", None):
+        return crash.message
+    lines = [l for l in str(longrepr).splitlines() if l.strip()]
+    return lines[-1] if lines else ""
+
+
+def merge_phases(reports):
+    """(outcome, when, message, longrepr) of one test from its setup / call / teardown reports."""
+    setup, call, teardown = reports.get("setup"), reports.get("call"), reports.get("teardown")
+    decisive, outcome = None, "passed"
+    if setup is not None and setup.failed:
+        decisive, outcome = setup, "error"
+    elif setup is not None and setup.skipped:
+        decisive, outcome = setup, "skipped"
+    elif call is not None:
+        decisive = call
+        outcome = "failed" if call.failed else "skipped" if call.skipped else "passed"
+    if teardown is not None and teardown.failed:
+        decisive, outcome = teardown, "error"
+    if decisive is None:
+        return outcome, "setup", "", ""
+    message = _short_message(decisive)
+    if hasattr(decisive, "wasxfail"):
+        message = "xfail: %s" % decisive.wasxfail if decisive.skipped else "xpass: %s" % decisive.wasxfail
+    if outcome == "passed":
+        longrepr = ""
+    elif isinstance(decisive.longrepr, tuple) and len(decisive.longrepr) == 3:
+        path, line, reason = decisive.longrepr
+        longrepr = "%s:%s: %s" % (path, line, reason)
+    else:
+        longrepr = cap_text(decisive.longreprtext)
+    return outcome, decisive.when, message, longrepr
+
+
+class RankRecorder:
+    """The part of the plugin that exists only under the launcher (INFRADEV_OUT_DIR set)."""
+
+    def __init__(self, out_dir):
+        self.out_dir = out_dir
+        self.rank = int(os.environ.get("RANK", "0") or 0)
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.session = int(os.environ.get(SESSION_ENV, "0") or 0)
+        self.tests = {}
+        self.collection_errors = []
+        self.memory_kind = None
+        self._reports = {}
+        self._measured = None
+        self._markers = {}
+        self._current = rank_file(out_dir, self.rank, "current.json")
+        os.makedirs(out_dir, exist_ok=True)
+        self._results = open(rank_file(out_dir, self.rank, "results.jsonl"), "a", encoding="utf-8")
+        # Our own file, not stderr: pytest's fd capture would swallow a dump taken mid-test.
+        self._stacks = open(rank_file(out_dir, self.rank, "stacks.txt"), "a", encoding="utf-8")
+        faulthandler.register(signal.SIGUSR1, file=self._stacks, all_threads=True, chain=False)
+        self._progress(STATE_CONFIGURED, None)
+
+    def _progress(self, state, nodeid, **extra):
+        record = {"state": state, "nodeid": nodeid, "since": time.time(), "pid": os.getpid(), "session": self.session}
+        record.update(extra)
+        write_json_atomic(self._current, record)
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.collection_errors.append(
+                {"nodeid": report.nodeid, "file": report.nodeid.split("::")[0], "message": cap_text(report.longreprtext)}
+            )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session, config, items):
+        skip_path = os.environ.get(SKIP_FILE_ENV)
+        skip = set(read_json(skip_path, []) or []) if skip_path else set()
+        self._all_ids = [item.nodeid for item in items]
+        if skip:
+            kept = [item for item in items if item.nodeid not in skip]
+            dropped = [item for item in items if item.nodeid in skip]
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+                items[:] = kept
+        for item in items:
+            marker = probe_marker(item)
+            kind = marker.get("probe", {}).get("kind") if marker else None
+            if marker and kind not in PROBE_KINDS:
+                item.warn(pytest.PytestWarning("probe marker kind %r is not one of %s" % (kind, ", ".join(PROBE_KINDS))))
+
+    def pytest_collection_finish(self, session):
+        ids = [item.nodeid for item in session.items]
+        write_json_atomic(
+            rank_file(self.out_dir, self.rank, "collected.json"),
+            {
+                "rank": self.rank,
+                "session": self.session,
+                "ids": ids,
+                "deselected_by_skip_list": [i for i in getattr(self, "_all_ids", []) if i not in set(ids)],
+                "errors": self.collection_errors,
+            },
+        )
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        self._reports = {}
+        self._measured = None
+        self._progress(STATE_RUNNING, item.nodeid)
+        yield
+        self._finish(item)
+        self._progress(STATE_IDLE, None)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        with measure() as m:
+            yield
+        self._measured = m
+
+    def pytest_runtest_logreport(self, report):
+        self._reports[report.when] = report
+
+    def _finish(self, item):
+        outcome, when, message, longrepr = merge_phases(self._reports)
+        record = {
+            "nodeid": item.nodeid,
+            "outcome": outcome,
+            "when": when,
+            "duration_s": sum(r.duration for r in self._reports.values()),
+            "message": message,
+            "longrepr": longrepr,
+            "markers": probe_marker(item),
+            "session": self.session,
+        }
+        m = self._measured
+        measured = m.as_dict() if m is not None else {}
+        for field in _MEASURED_FIELDS:
+            record[field] = measured.get(field, {} if field in ("calls", "bytes") else None)
+        if m is not None:
+            self.memory_kind = m.memory_kind
+        self.tests[item.nodeid] = record
+        self._results.write(json.dumps(record, default=str) + "\n")
+        self._results.flush()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        write_json_atomic(
+            rank_file(self.out_dir, self.rank, "probe.json"),
+            {"rank": self.rank, "world_size": self.world_size, "memory_kind": self.memory_kind, "tests": self.tests},
+        )
+        self._progress(STATE_FINISHED, None, exitstatus=int(exitstatus))
+
+    def pytest_unconfigure(self, config):
+        faulthandler.unregister(signal.SIGUSR1)
+        self._results.close()
+        self._stacks.close()
