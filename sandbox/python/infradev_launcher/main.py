@@ -207,12 +207,38 @@ def _one_line(launch, out_dir):
     return "infradev_launch: %s: %s in %.1f s" % (status, counts, launch["duration_s"])
 
 
+def _write_launch_error(out_dir, nproc, launcher, message):
+    """launch.json for a run that never started, so callers always find one where they can."""
+    if not out_dir:
+        return
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        write_json_atomic(os.path.join(out_dir, "launch.json"), {
+            "launcher": launcher, "launcher_requested": launcher, "nproc": nproc, "status": "launch_error",
+            "exit_codes": [], "duration_s": 0.0, "restarts": 0, "events": [], "collected": [],
+            "collection_errors": [], "summary": None, "sessions": [], "error": message, "notes": [],
+        })
+    except OSError:
+        pass
+
+
+def _raw_option(argv, name):
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    for i, arg in enumerate(own):
+        if arg == name and i + 1 < len(own):
+            return own[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     try:
         cfg = parse_args(argv)
     except UsageError as exc:
         sys.stderr.write("infradev_launch: error: %s\nusage: %s\n" % (exc, USAGE))
+        _write_launch_error(_raw_option(argv, "--out-dir"), None, _raw_option(argv, "--launcher") or "builtin", "usage: %s" % exc)
         return EXIT_CODES["launch_error"]
     stop = StopFlag()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -222,6 +248,7 @@ def main(argv=None):
         launch = run(cfg, stop)
     except OSError as exc:
         sys.stderr.write("infradev_launch: launch error: %s\n" % exc)
+        _write_launch_error(cfg.out_dir, cfg.nproc, cfg.launcher, str(exc))
         return EXIT_CODES["launch_error"]
     sys.stderr.write(_one_line(launch, cfg.out_dir) + "\n")
     return EXIT_CODES[launch["status"]]

@@ -48,6 +48,11 @@ class BuiltinRanks:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its own group: killpg takes the rank's whole tree
                 )
+            except OSError:
+                procs.kill_tree(self.roots(), 1.0, self.tracked())
+                for started in self.popens:
+                    started.wait()
+                raise
             finally:
                 log.close()
             self.popens.append(popen)

@@ -28,9 +28,11 @@ def killed_records(result, cfg):
         culprit = event.get("test")
         if event["kind"] == "hang" and nodeid == culprit:
             message = "hang: %s did not finish within %g s on rank %d; killed after %.1f s" % (
-                nodeid, cfg.per_test_timeout, rank, float(event["after_s"]))
+                nodeid, cfg.per_test_timeout, rank, elapsed)
         elif event["kind"] == "crash" and nodeid == culprit:
-            message = event["detail"]
+            message = "crash: " + event["detail"]
+            if rank == event["rank"]:
+                elapsed = float(event["after_s"])
         elif event["kind"] in ("run_timeout", "interrupted"):
             message = "%s: killed while running (%s)" % (event["kind"], event["detail"])
         else:

@@ -11,6 +11,7 @@ from . import procs
 from .ranks import start_ranks
 
 POLL_S = 0.2
+PYTEST_USAGE_ERROR = 4
 STACK_WAIT_S = 1.0
 # Files that describe one session only; results.jsonl, the logs and stacks.txt span the whole run.
 PER_SESSION = ("current.json", "collected.json", "entry.json", "exit.json", "probe.json")
@@ -94,29 +95,57 @@ def _finished(state):
 
 
 def _find_hang(cfg, states, codes, now, session, t_launch):
-    """The rank stuck longest past the per-test limit, as a hang event; None if none is."""
-    if cfg.per_test_timeout is None:
+    """A hang event when some live rank is past the per-test limit, else None.
+
+    The test blamed is the earliest (in run order) that any live rank is still running: ranks that
+    went ahead are waiting for the ones left in it. It is blamed once it is itself past the limit,
+    or once any rank has waited twice the limit (whatever the earliest test's own time).
+    """
+    limit = cfg.per_test_timeout
+    if limit is None:
         return None
-    worst = None
+    running, between = [], []
     for rank, (state, code) in enumerate(zip(states, codes)):
-        if code is not None or not state or state.get("state") not in (STATE_RUNNING, STATE_IDLE, STATE_FINISHED):
+        if code is not None or not state:
             continue
         elapsed = now - float(state.get("since", now))
-        if elapsed > cfg.per_test_timeout and (worst is None or elapsed > worst[0]):
-            worst = (elapsed, rank, state)
-    if worst is None:
-        return None
-    elapsed, rank, state = worst
-    test = state.get("nodeid") if state.get("state") == STATE_RUNNING else None
-    stuck = [r for r, s in enumerate(states) if s and codes[r] is None and s.get("state") == STATE_RUNNING and s.get("nodeid") == test]
-    if test is not None:
-        detail = "%s ran past the per-test limit of %g s on rank %s (stuck on rank(s) %s)" % (
-            test, cfg.per_test_timeout, rank, ", ".join(map(str, stuck)))
-    elif state.get("state") == STATE_FINISHED:
-        detail = "rank %d finished its session but did not exit within %g s" % (rank, cfg.per_test_timeout)
-    else:
-        detail = "rank %d stayed between tests for more than %g s" % (rank, cfg.per_test_timeout)
-    return make_event("hang", rank, test, elapsed, detail, session, t_launch, ranks=stuck or [rank])
+        if state.get("state") == STATE_RUNNING:
+            index = state.get("index")
+            running.append((index if index is not None else 1 << 30, -elapsed, rank, state.get("nodeid")))
+        elif state.get("state") in (STATE_IDLE, STATE_FINISHED) and elapsed > limit:
+            between.append((elapsed, rank, state.get("state")))
+    if running:
+        index, neg_elapsed, rank, test = min(running)
+        longest = max(-r[1] for r in running)
+        if -neg_elapsed <= limit and longest <= 2 * limit:
+            return None
+        stuck = sorted(r[2] for r in running if r[3] == test)
+        detail = "%s did not finish within %g s on rank(s) %s" % (test, limit, ", ".join(map(str, stuck)))
+        ahead = sorted(r[2] for r in running if r[3] != test)
+        if ahead:
+            detail += " (rank(s) %s went on to later tests and waited there)" % ", ".join(map(str, ahead))
+        return make_event("hang", rank, test, -neg_elapsed, detail, session, t_launch, ranks=stuck)
+    if between:
+        elapsed, rank, state = max(between)
+        if state == STATE_FINISHED:
+            detail = "rank %d finished its session but did not exit within %g s" % (rank, limit)
+        else:
+            detail = "rank %d stayed between tests for more than %g s" % (rank, limit)
+        return make_event("hang", rank, None, elapsed, detail, session, t_launch, ranks=[rank])
+    return None
+
+
+def _earliest_running(states, codes):
+    """(rank, nodeid) of the earliest test (in run order) a live rank is running; (None, None) if none."""
+    running = [
+        (s.get("index") if s.get("index") is not None else 1 << 30, float(s.get("since", 0)), r, s.get("nodeid"))
+        for r, (s, c) in enumerate(zip(states, codes))
+        if c is None and s and s.get("state") == STATE_RUNNING
+    ]
+    if not running:
+        return None, None
+    _index, _since, rank, test = min(running)
+    return rank, test
 
 
 def dump_stacks(out_dir, pids, states, reason):
@@ -169,7 +198,11 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
     result.skipped = len(skip_ids)
     env = procs.base_env(cfg.nproc, port, cfg.out_dir, session, skip_file)
     t0 = time.monotonic()
-    ranks = start_ranks(cfg, launcher, env, session)
+    try:
+        ranks = start_ranks(cfg, launcher, env, session)
+    except OSError as exc:
+        result.launch_error = "could not start the ranks: %s" % exc
+        return result
     abnormal = {}  # rank -> (wall clock when seen, exit code): exits without a finished session
     killed = False
     while True:
@@ -184,8 +217,12 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
                                       "the launcher received %s" % stop.reason, session, t_launch)
             break
         if time.monotonic() >= run_deadline:
-            result.event = make_event("run_timeout", None, None, time.monotonic() - t_launch,
-                                      "the run exceeded its limit of %g s" % cfg.run_timeout, session, t_launch)
+            rank, test = _earliest_running(states, codes)
+            detail = "the run exceeded its limit of %g s" % cfg.run_timeout
+            if test:
+                detail += " while rank %d was running %s" % (rank, test)
+            result.event = make_event("run_timeout", rank, test, time.monotonic() - t_launch, detail, session, t_launch)
+            result.stacks = dump_stacks(cfg.out_dir, ranks.signal_pids(), states, detail)
             break
         for rank, code in enumerate(codes):
             if code is not None and rank not in abnormal and not _finished(states[rank]):
@@ -216,6 +253,10 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
     result.start_failure = ranks.start_failure()
     if result.start_failure or result.event is not None:
         return result
+    usage = [r for r, code in enumerate(result.exit_codes) if code == PYTEST_USAGE_ERROR]
+    if usage:
+        result.launch_error = "pytest usage error (exit 4) on rank %d: %s" % (usage[0], _log_tail(cfg.out_dir, usage[0]))
+        return result
     if not killed:  # everyone exited by themselves: every unfinished exit is abnormal
         for rank, code in enumerate(result.exit_codes):
             if rank not in abnormal and not _finished(result.final_states[rank]):
@@ -236,5 +277,5 @@ def _classify_abnormal(cfg, result, abnormal, session, t_launch):
     test = state.get("nodeid") if state.get("state") == STATE_RUNNING else None
     where = "while running %s" % test if test else "outside any test (state: %s)" % state.get("state")
     after = seen_at - float(state.get("since", seen_at))
-    detail = "crash: rank %d %s %s" % (first, describe_exit(code), where)
+    detail = "rank %d %s %s" % (first, describe_exit(code), where)
     result.event = make_event("crash", first, test, after, detail, session, t_launch, exit_code=code)

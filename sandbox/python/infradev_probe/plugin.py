@@ -115,7 +115,7 @@ class RankRecorder:
         self.memory_kind = None
         self._reports = {}
         self._measured = None
-        self._markers = {}
+        self._index = {}
         self._current = rank_file(out_dir, self.rank, "current.json")
         os.makedirs(out_dir, exist_ok=True)
         self._results = open(rank_file(out_dir, self.rank, "results.jsonl"), "a", encoding="utf-8")
@@ -154,6 +154,8 @@ class RankRecorder:
 
     def pytest_collection_finish(self, session):
         ids = [item.nodeid for item in session.items]
+        # Position in the run order: the launcher blames the earliest test any rank is stuck in.
+        self._index = {nodeid: i for i, nodeid in enumerate(ids)}
         write_json_atomic(
             rank_file(self.out_dir, self.rank, "collected.json"),
             {
@@ -169,7 +171,7 @@ class RankRecorder:
     def pytest_runtest_protocol(self, item, nextitem):
         self._reports = {}
         self._measured = None
-        self._progress(STATE_RUNNING, item.nodeid)
+        self._progress(STATE_RUNNING, item.nodeid, index=self._index.get(item.nodeid))
         yield
         self._finish(item)
         self._progress(STATE_IDLE, None)
