@@ -1,0 +1,131 @@
+import { homedir } from "node:os";
+import { join } from "node:path";
+import type { GraderTask } from "../tasks/loader.js";
+import { readJsonFile, taskContentHash, writeJsonAtomic } from "./files.js";
+import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
+import { runSubmission, type SandboxFactory } from "./pipeline.js";
+import { flakyIds } from "./score.js";
+import type { Calibration, CaseRecord, GoldCase, HardwareFingerprint } from "./types.js";
+
+/**
+ * Gold's calibration: the golden patch run `runs` times (3) on this machine, cached by task content
+ * hash + hardware fingerprint. Each run keeps its session files, so a killed calibration resumes.
+ */
+
+export const CALIBRATION_FORMAT = 1;
+export const CALIBRATION_RUNS = 3;
+
+export function defaultCalibrationDir(): string {
+  return process.env.INFRADEV_CALIBRATION_DIR ?? join(homedir(), ".cache", "infradev", "calibration");
+}
+
+/** Gold could not be calibrated because the harness failed (not the task). */
+export class HarnessFault extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "HarnessFault";
+  }
+}
+
+/** The task itself is broken: gold does not apply. */
+export class CalibrationError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "CalibrationError";
+  }
+}
+
+export interface CalibrateOptions {
+  task: GraderTask;
+  cacheDir?: string;
+  sandboxFactory: SandboxFactory;
+  /** Computed once and shared by callers that grade many submissions. */
+  fingerprint?: HardwareFingerprint;
+  taskHash?: string;
+  runs?: number;
+  /** Ignore a cached calibration and run gold again. */
+  force?: boolean;
+  combine?: boolean;
+  onProgress?: (msg: string) => void;
+  signal?: AbortSignal;
+}
+
+export interface CalibrationHandle {
+  calibration: Calibration;
+  file: string;
+  cached: boolean;
+}
+
+/** Per-case outcome across runs (pure). Ids are kept in first-seen order. */
+export function combineRuns(runs: CaseRecord[][]): GoldCase[] {
+  const order: string[] = [];
+  const byId = new Map<string, GoldCase>();
+  for (const cases of runs) {
+    for (const c of cases) {
+      if (!byId.has(c.id)) {
+        order.push(c.id);
+        byId.set(c.id, { id: c.id, suite: c.suite, outcomes: [] });
+      }
+      const g = byId.get(c.id)!;
+      if (!g.probe && c.probe) g.probe = c.probe;
+    }
+  }
+  for (const id of order) {
+    const g = byId.get(id)!;
+    g.outcomes = runs.map((cases) => cases.find((c) => c.id === id)?.outcome ?? "not_collected");
+  }
+  return order.map((id) => byId.get(id)!);
+}
+
+export function calibrationDirFor(cacheDir: string, task: GraderTask, taskHash: string, fp: HardwareFingerprint): string {
+  return join(cacheDir, task.id, `${taskHash.slice(0, 16)}-${fingerprintHash(fp)}`);
+}
+
+export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHandle> {
+  const { task } = opts;
+  const runs = opts.runs ?? CALIBRATION_RUNS;
+  const taskHash = opts.taskHash ?? taskContentHash(task.taskDir);
+  const fingerprint = opts.fingerprint ?? (await hardwareFingerprint(task.fullSpec.env.python));
+  const dir = calibrationDirFor(opts.cacheDir ?? defaultCalibrationDir(), task, taskHash, fingerprint);
+  const file = join(dir, "calibration.json");
+  const cached = readJsonFile<Calibration>(file);
+  if (!opts.force && cached && cached.format === CALIBRATION_FORMAT && cached.task_hash === taskHash && cached.runs === runs) {
+    return { calibration: cached, file, cached: true };
+  }
+  const started = Date.now();
+  const perRun: CaseRecord[][] = [];
+  for (let i = 1; i <= runs; i++) {
+    const progress = (msg: string) => opts.onProgress?.(`calibrate ${task.id}: gold run ${i}/${runs}: ${msg}`);
+    const out = await runSubmission({
+      task,
+      runKey: `${taskHash}:${fingerprintHash(fingerprint)}:gold${i}`,
+      patchFile: task.hidden.goldenPatch,
+      artifactDir: join(dir, `run${i}`),
+      sandboxFactory: opts.sandboxFactory,
+      combine: opts.combine,
+      onProgress: progress,
+      signal: opts.signal,
+    });
+    if (out.kind === "inapplicable") throw new CalibrationError(`${task.id}: the golden patch does not apply: ${out.reason}`);
+    if (out.harnessError) throw new HarnessFault(`${task.id}: gold run ${i}: ${out.harnessError}`);
+    if (out.cases.length === 0) {
+      throw new CalibrationError(`${task.id}: gold run ${i} collected no test case (see ${join(dir, `run${i}`, "logs")})`);
+    }
+    perRun.push(out.cases);
+  }
+  const cases = combineRuns(perRun);
+  const calibration: Calibration = {
+    format: CALIBRATION_FORMAT,
+    task_id: task.id,
+    task_hash: taskHash,
+    fingerprint,
+    fingerprint_hash: fingerprintHash(fingerprint),
+    runs,
+    cases,
+    flaky: flakyIds(cases),
+    created_at: new Date().toISOString(),
+    duration_s: (Date.now() - started) / 1000,
+  };
+  writeJsonAtomic(file, calibration);
+  return { calibration, file, cached: false };
+}

@@ -1,0 +1,153 @@
+import { copyFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { GraderTask } from "../tasks/loader.js";
+import { HarnessFault, calibrate } from "./calibrate.js";
+import { readJsonFile, sha256, taskContentHash, writeJsonAtomic } from "./files.js";
+import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
+import { runSubmission, type SandboxFactory } from "./pipeline.js";
+import { goldView, scoreSubmission, type SubmissionOutcome } from "./score.js";
+import type { Calibration, GradeResult, HardwareFingerprint } from "./types.js";
+
+/**
+ * `grade`: one submission of one task, end to end. Artifacts, under constant names:
+ *
+ *   <out>/<task_id>/<submission-hash>/
+ *     submission.patch   the patch as given        apply.json / apply.log   how it applied
+ *     sessions/<mode>.<session>.json  merged cases of each finished session (resume points)
+ *     logs/<mode>.<session>/          the launcher's files (rank logs, JUnit, launch.json)
+ *     meta.json          task hash, calibration, flaky gold cases, reverted test edits, timings
+ *     result.json        the result (what --json prints); written last, so it marks completion
+ *
+ * A complete result for the same task content and calibration is reused; a run killed midway
+ * resumes from the session files (the workspace itself is rebuilt: it is cheap and deterministic).
+ */
+
+export interface GradeOptions {
+  task: GraderTask;
+  /** null: no patch was produced (scores 0 / N_p as `missing_patch`). */
+  patchFile: string | null;
+  outDir: string;
+  sandboxFactory: SandboxFactory;
+  calibrationDir?: string;
+  /** A calibration the caller already has (demo: one per task). */
+  calibration?: Calibration;
+  fingerprint?: HardwareFingerprint;
+  taskHash?: string;
+  combine?: boolean;
+  onProgress?: (msg: string) => void;
+  signal?: AbortSignal;
+}
+
+export interface GradeMeta {
+  task_hash: string;
+  fingerprint_hash: string;
+  calibration_created_at: string;
+  submission_hash: string;
+  patch_file: string | null;
+  flaky_gold_cases: string[];
+  reverted_test_edits: string[];
+  reused_sessions: string[];
+  harness_error?: string;
+  duration_s: number;
+}
+
+export interface GradeOutcome {
+  result: GradeResult;
+  artifactDir: string;
+  /** True when a complete earlier result was returned without running anything. */
+  reused: boolean;
+}
+
+export const MISSING_HASH = "missing";
+
+export function submissionHash(bytes: Uint8Array | null): string {
+  return bytes === null ? MISSING_HASH : sha256(bytes).slice(0, 16);
+}
+
+/** A patch with nothing in it (whitespace only). */
+export function isEmptyPatch(bytes: Uint8Array): boolean {
+  return Buffer.from(bytes).toString("latin1").trim() === "";
+}
+
+export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome> {
+  const { task } = opts;
+  const started = Date.now();
+  const say = (msg: string) => opts.onProgress?.(msg);
+  const bytes = opts.patchFile !== null && existsSync(opts.patchFile) ? readFileSync(opts.patchFile) : null;
+  const hash = submissionHash(bytes);
+  const artifactDir = join(opts.outDir, task.id, hash);
+  const taskHash = opts.taskHash ?? taskContentHash(task.taskDir);
+  const fingerprint = opts.fingerprint ?? opts.calibration?.fingerprint ?? (await hardwareFingerprint(task.fullSpec.env.python));
+  const fpHash = fingerprintHash(fingerprint);
+
+  const previous = readJsonFile<GradeResult>(join(artifactDir, "result.json"));
+  const previousMeta = readJsonFile<GradeMeta>(join(artifactDir, "meta.json"));
+  if (previous && previousMeta && previousMeta.task_hash === taskHash && previousMeta.fingerprint_hash === fpHash && previous.status !== "harness_fault") {
+    say(`complete result found, reusing ${join(artifactDir, "result.json")}`);
+    return { result: previous, artifactDir, reused: true };
+  }
+  mkdirSync(artifactDir, { recursive: true });
+  if (bytes !== null) copyFileSync(opts.patchFile!, join(artifactDir, "submission.patch"));
+
+  let calibration = opts.calibration;
+  if (!calibration) {
+    try {
+      const handle = await calibrate({ task, cacheDir: opts.calibrationDir, sandboxFactory: opts.sandboxFactory, fingerprint, taskHash, combine: opts.combine, onProgress: say, signal: opts.signal });
+      if (!handle.cached) say(`calibrated gold (${handle.calibration.runs} runs) → ${handle.file}`);
+      calibration = handle.calibration;
+    } catch (e) {
+      if (!(e instanceof HarnessFault)) throw e;
+      // Without gold there is no N_p; the fault is reported, nothing is scored.
+      const result = scoreSubmission([], { task_id: task.id, status: "harness_fault", apply_method: null, reason: e.message });
+      return { result, artifactDir, reused: false };
+    }
+  }
+  const gold = goldView(calibration);
+
+  let outcome: SubmissionOutcome;
+  let reverted: string[] = [];
+  let reusedSessions: string[] = [];
+  let harnessError: string | undefined;
+  if (bytes === null) {
+    outcome = { task_id: task.id, status: "missing_patch", apply_method: null, reason: opts.patchFile ? `patch file ${opts.patchFile} does not exist` : "no patch was submitted" };
+  } else if (isEmptyPatch(bytes)) {
+    outcome = { task_id: task.id, status: "empty_patch", apply_method: null, reason: "the patch is empty" };
+  } else {
+    const run = await runSubmission({
+      task,
+      runKey: `${taskHash}:${fpHash}`,
+      patchFile: join(artifactDir, "submission.patch"),
+      artifactDir,
+      sandboxFactory: opts.sandboxFactory,
+      combine: opts.combine,
+      onProgress: say,
+      signal: opts.signal,
+    });
+    if (run.kind === "inapplicable") {
+      outcome = { task_id: task.id, status: "inapplicable", apply_method: null, reason: run.reason };
+    } else {
+      reverted = run.revertedTestEdits;
+      reusedSessions = run.reusedSessions;
+      harnessError = run.harnessError;
+      outcome = run.harnessError
+        ? { task_id: task.id, status: "harness_fault", apply_method: run.method, reason: `harness fault (not the submission's): ${run.harnessError}` }
+        : { task_id: task.id, status: "graded", apply_method: run.method, cases: run.cases, collection_errors: run.collectionErrors };
+    }
+  }
+  const result = scoreSubmission(gold, outcome);
+  const meta: GradeMeta = {
+    task_hash: taskHash,
+    fingerprint_hash: fpHash,
+    calibration_created_at: calibration.created_at,
+    submission_hash: hash,
+    patch_file: opts.patchFile,
+    flaky_gold_cases: calibration.flaky,
+    reverted_test_edits: reverted,
+    reused_sessions: reusedSessions,
+    ...(harnessError ? { harness_error: harnessError } : {}),
+    duration_s: (Date.now() - started) / 1000,
+  };
+  writeJsonAtomic(join(artifactDir, "meta.json"), meta);
+  writeJsonAtomic(join(artifactDir, "result.json"), result);
+  return { result, artifactDir, reused: false };
+}

@@ -1,0 +1,165 @@
+/**
+ * The pre-check every submission passes before anything is applied: a pure function over the patch
+ * bytes. It reads every header that names a path (`diff --git`, `---`/`+++`, `rename`/`copy
+ * from/to`) and every mode line, and refuses, as a whole, a patch that
+ * - is not a text diff (NUL bytes, not UTF-8) or has no file headers at all;
+ * - names a path outside the repo (absolute, or with a `..` component) or inside `.git`;
+ * - creates or changes a symlink (mode 120000) — the first half of "plant a link, write through it" —
+ *   or a submodule (mode 160000).
+ * Writes through a symlink that already exists in the repo are caught in apply.ts, which sees the tree.
+ */
+
+export type PatchCheck = { ok: true; paths: string[] } | { ok: false; reason: string };
+
+const DEV_NULL = "/dev/null";
+
+/** Decodes a git C-quoted path ("a/x\\ty") or returns the token as is. */
+export function unquoteGitPath(token: string): string {
+  if (!(token.startsWith('"') && token.endsWith('"') && token.length >= 2)) return token;
+  const body = token.slice(1, -1);
+  const bytes: number[] = [];
+  const esc: Record<string, number> = { a: 7, b: 8, t: 9, n: 10, v: 11, f: 12, r: 13, '"': 34, "\\": 92 };
+  for (let i = 0; i < body.length; i++) {
+    const ch = body[i]!;
+    if (ch !== "\\") {
+      bytes.push(...Buffer.from(ch, "utf8"));
+      continue;
+    }
+    const next = body[i + 1] ?? "";
+    if (/[0-7]/.test(next)) {
+      bytes.push(parseInt(body.slice(i + 1, i + 4), 8));
+      i += 3;
+    } else {
+      bytes.push(esc[next] ?? next.charCodeAt(0));
+      i += 1;
+    }
+  }
+  return Buffer.from(bytes).toString("utf8");
+}
+
+/** The two paths of a `diff --git` line; null when unquoted names with spaces make it ambiguous. */
+function diffGitPaths(rest: string): string[] | null {
+  const quoted = /^("(?:[^"\\]|\\.)*"|\S+) ("(?:[^"\\]|\\.)*"|\S+)$/.exec(rest);
+  if (quoted) return [unquoteGitPath(quoted[1]!), unquoteGitPath(quoted[2]!)];
+  // "a/x y b/x y": same name on both sides.
+  const half = (rest.length - 1) / 2;
+  if (Number.isInteger(half) && rest[half] === " ") {
+    const [l, r] = [rest.slice(0, half), rest.slice(half + 1)];
+    if (l.slice(2) === r.slice(2)) return [l, r];
+  }
+  return null;
+}
+
+/** `--- a/x\t2024-01-01 ...` → `a/x` (a tab ends the name in traditional diffs). */
+function headerPath(rest: string): string {
+  const t = rest.startsWith('"') ? rest : rest.split("\t")[0]!.trimEnd();
+  return unquoteGitPath(t);
+}
+
+/** Drops the `a/` / `b/` prefix (`-p1`), as git apply and `patch -p1` do. */
+function stripPrefix(p: string): string | null {
+  const i = p.indexOf("/");
+  return i < 0 ? null : p.slice(i + 1);
+}
+
+/** Why a repo-relative path is unsafe, or null. */
+export function unsafePathReason(path: string): string | null {
+  if (path.includes("\0")) return `path contains NUL: ${JSON.stringify(path)}`;
+  if (path.startsWith("/") || /^[A-Za-z]:[\\/]/.test(path)) return `absolute path "${path}" (writes outside the repo)`;
+  const parts = path.split(/[\\/]/);
+  if (parts.includes("..")) return `path "${path}" climbs out of the repo ("..")`;
+  if (parts.some((p) => p.toLowerCase() === ".git")) return `path "${path}" touches the repo's .git folder`;
+  if (path === "" || parts.every((p) => p === "" || p === ".")) return `empty path in a header`;
+  return null;
+}
+
+function looksBinary(bytes: Uint8Array): boolean {
+  if (bytes.includes(0)) return true;
+  try {
+    new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+export function checkPatch(bytes: Uint8Array): PatchCheck {
+  if (looksBinary(bytes)) return { ok: false, reason: "patch file is binary (NUL bytes or not UTF-8), not a text diff" };
+  const text = Buffer.from(bytes).toString("utf8");
+  const paths = new Set<string>();
+  let headers = 0;
+  const fail = (lineNo: number, why: string): PatchCheck => ({ ok: false, reason: `line ${lineNo}: ${why}` });
+  const lines = text.split("\n");
+  // Whether we are inside a hunk (where "--- x" is a removed line, not a header).
+  let hunkLeft = { old: 0, new: 0 };
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!.replace(/\r$/, "");
+    const n = i + 1;
+    if (hunkLeft.old > 0 || hunkLeft.new > 0) {
+      const c = line[0];
+      if (c === " " || line === "") {
+        hunkLeft.old--;
+        hunkLeft.new--;
+        continue;
+      }
+      if (c === "-") {
+        hunkLeft.old--;
+        continue;
+      }
+      if (c === "+") {
+        hunkLeft.new--;
+        continue;
+      }
+      if (c === "\\") continue;
+      hunkLeft = { old: 0, new: 0 };
+    }
+    const hunk = /^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@/.exec(line);
+    if (hunk) {
+      hunkLeft = { old: hunk[1] === undefined ? 1 : Number(hunk[1]), new: hunk[2] === undefined ? 1 : Number(hunk[2]) };
+      continue;
+    }
+    const named: string[] = [];
+    let m: RegExpExecArray | null;
+    if ((m = /^diff --git (.*)$/.exec(line))) {
+      headers++;
+      const two = diffGitPaths(m[1]!);
+      if (two) named.push(...two.map((p) => stripPrefix(p) ?? p));
+      else {
+        // Ambiguous names with spaces: check every space-separated piece; rename/---/+++ lines give the real names.
+        for (const piece of m[1]!.split(" ")) {
+          const why = unsafePathReason(stripPrefix(piece) ?? piece);
+          if (why && !why.startsWith("empty")) return fail(n, why);
+        }
+      }
+    } else if ((m = /^(---|\+\+\+) (.*)$/.exec(line))) {
+      headers++;
+      const p = headerPath(m[2]!);
+      if (p !== DEV_NULL) {
+        if (p.startsWith("/")) return fail(n, unsafePathReason(p)!);
+        named.push(stripPrefix(p) ?? p);
+      }
+    } else if ((m = /^Index: (.*)$/.exec(line))) {
+      // GNU patch may take the file name from an Index: line: both its raw and its -p1 form must be safe.
+      const p = headerPath(m[1]!);
+      const why = unsafePathReason(p);
+      if (why) return fail(n, why);
+      named.push(stripPrefix(p) ?? p);
+    } else if ((m = /^(rename|copy) (from|to) (.*)$/.exec(line))) {
+      named.push(unquoteGitPath(m[3]!));
+    } else if ((m = /^(new file mode|new mode|old mode|deleted file mode) (\d+)$/.exec(line))) {
+      const mode = m[2]!;
+      if (mode.startsWith("120") && m[1] !== "deleted file mode") return fail(n, `creates or changes a symlink (mode ${mode}); symlinks are refused in submissions`);
+      if (mode.startsWith("160")) return fail(n, `adds or changes a submodule (mode ${mode}); refused in submissions`);
+    } else if ((m = /^index [0-9a-f]+\.\.[0-9a-f]+ (\d+)$/.exec(line))) {
+      if (m[1]!.startsWith("120")) return fail(n, "changes a symlink's target; symlinks are refused in submissions");
+      if (m[1]!.startsWith("160")) return fail(n, "changes a submodule; refused in submissions");
+    }
+    for (const p of named) {
+      const why = unsafePathReason(p);
+      if (why) return fail(n, why);
+      paths.add(p);
+    }
+  }
+  if (headers === 0) return { ok: false, reason: "not a patch: no file headers (`diff --git` or `---`/`+++`) found" };
+  return { ok: true, paths: [...paths].sort() };
+}

@@ -1,0 +1,96 @@
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Sandbox } from "../sandbox/types.js";
+import type { GraderTask } from "../tasks/loader.js";
+import { applyPatch } from "./apply.js";
+import { writeJsonAtomic } from "./files.js";
+import { planSessions, runSessions } from "./sessions.js";
+import type { ApplyMethod, CaseRecord, CollectionError, SessionResult } from "./types.js";
+import { freshWorkspace, installGradingTests, removeWorkspace } from "./workspace.js";
+
+/**
+ * One submission through the container-side steps: fresh workspace → apply → revert test edits →
+ * post-PR tests + probes → sessions. Shared by `grade` and by gold's calibration runs. Everything it
+ * learns is written under `artifactDir` (apply.json, apply.log, sessions/, logs/).
+ */
+
+/** Makes the grader's sandbox over a fresh workspace (the CLI passes one built on createSandbox). */
+export type SandboxFactory = (args: { task: GraderTask; hostRepoDir: string }) => Promise<Sandbox>;
+
+export interface RunSubmissionOptions {
+  task: GraderTask;
+  /** Task content + hardware: part of every session key. */
+  runKey: string;
+  patchFile: string;
+  artifactDir: string;
+  sandboxFactory: SandboxFactory;
+  /** Run official tests and probes in one launcher session per mode when safe (default true). */
+  combine?: boolean;
+  onProgress?: (msg: string) => void;
+  signal?: AbortSignal;
+}
+
+export type RunOutcome =
+  | { kind: "inapplicable"; reason: string }
+  | {
+      kind: "ran";
+      method: ApplyMethod;
+      sessions: SessionResult[];
+      cases: CaseRecord[];
+      collectionErrors: CollectionError[];
+      harnessError?: string;
+      /** Test-dir paths the submission had touched, reverted before the post-PR tests went in. */
+      revertedTestEdits: string[];
+      reusedSessions: string[];
+    };
+
+export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutcome> {
+  const { task, artifactDir } = opts;
+  mkdirSync(artifactDir, { recursive: true });
+  const ws = await freshWorkspace(task);
+  try {
+    const applied = await applyPatch(ws.repoDir, opts.patchFile, ws.baseCommit);
+    writeFileSync(join(artifactDir, "apply.log"), applied.log);
+    if (!applied.applied) {
+      writeJsonAtomic(join(artifactDir, "apply.json"), { applied: false, reason: applied.reason });
+      return { kind: "inapplicable", reason: applied.reason };
+    }
+    const install = await installGradingTests(task, ws);
+    writeJsonAtomic(join(artifactDir, "apply.json"), { applied: true, method: applied.method, paths: applied.paths, reverted_test_edits: install.reverted });
+    opts.onProgress?.(`applied with ${applied.method}${install.reverted.length ? `; reverted ${install.reverted.length} edit(s) under the test dirs` : ""}`);
+    const plans = planSessions(task, ws.repoDir, { combine: opts.combine });
+    let sandbox: Sandbox;
+    try {
+      sandbox = await opts.sandboxFactory({ task, hostRepoDir: ws.repoDir });
+    } catch (e) {
+      const harnessError = `sandbox could not start: ${(e as Error).message}`;
+      return { kind: "ran", method: applied.method, sessions: [], cases: [], collectionErrors: [], harnessError, revertedTestEdits: install.reverted, reusedSessions: [] };
+    }
+    try {
+      const out = await runSessions({
+        sandbox,
+        task,
+        taskHash: opts.runKey,
+        plans,
+        resultsDir: join(artifactDir, "sessions"),
+        logsDir: join(artifactDir, "logs"),
+        onProgress: opts.onProgress,
+        signal: opts.signal,
+      });
+      return {
+        kind: "ran",
+        method: applied.method,
+        sessions: out.sessions,
+        cases: out.sessions.flatMap((s) => s.cases),
+        collectionErrors: out.sessions.flatMap((s) => s.collection_errors),
+        ...(out.harnessError ? { harnessError: out.harnessError } : {}),
+        revertedTestEdits: install.reverted,
+        reusedSessions: out.reused,
+      };
+    } finally {
+      await sandbox.close();
+    }
+  } finally {
+    removeWorkspace(ws);
+  }
+}

@@ -1,0 +1,132 @@
+import { labelFailure } from "./labels.js";
+import type {
+  ApplyMethod,
+  Calibration,
+  CaseRecord,
+  CollectionError,
+  GoldCase,
+  GradeResult,
+  GradeStatus,
+  GradedCase,
+  SetScore,
+  Suite,
+} from "./types.js";
+
+/**
+ * Scoring: pure functions from (gold calibration, the submission's merged cases) to the result.
+ * No I/O here — everything arrives as data.
+ *
+ * How gold's three calibration runs count:
+ * - N_p is every case any gold run collected, including cases gold fails, skips or passes only
+ *   sometimes (flaky); nothing is dropped.
+ * - A case is *required* when gold passed it in every run. `resolved_strict` asks the submission to
+ *   pass every required case; the paper rule compares the submission's passed count with the number
+ *   of required cases (for a stable gold that is exactly gold's passed count).
+ * - A flaky case the submission passes still counts in its `passed`; one it fails is not held
+ *   against it (gold cannot pass it reliably either) and gets no failure label. Flaky ids are
+ *   reported by calibration and in the result's meta, never hidden.
+ */
+
+export interface GoldView {
+  id: string;
+  suite: Suite;
+  required: boolean;
+  flaky: boolean;
+  probeKind?: string;
+}
+
+export function goldView(cal: Pick<Calibration, "cases">): GoldView[] {
+  return cal.cases.map((c: GoldCase) => {
+    const flaky = new Set(c.outcomes).size > 1;
+    return {
+      id: c.id,
+      suite: c.suite,
+      required: c.outcomes.length > 0 && c.outcomes.every((o) => o === "passed"),
+      flaky,
+      ...(c.probe ? { probeKind: c.probe.kind } : {}),
+    };
+  });
+}
+
+/** Ids whose outcome differed between calibration runs. */
+export function flakyIds(cases: readonly GoldCase[]): string[] {
+  return cases.filter((c) => new Set(c.outcomes).size > 1).map((c) => c.id);
+}
+
+/** Score of one set of cases (Set A = official, Set B = official + probes) for a submission that ran. */
+export function scoreSet(gold: readonly GoldView[], sub: ReadonlyMap<string, CaseRecord>): SetScore {
+  const n = gold.length;
+  const passed = gold.filter((g) => sub.get(g.id)?.outcome === "passed").length;
+  const goldPassed = gold.filter((g) => g.required).length;
+  return {
+    n_cases: n,
+    passed,
+    score: n === 0 ? 0 : passed / n,
+    resolved: passed >= goldPassed,
+    resolved_strict: gold.every((g) => !g.required || sub.get(g.id)?.outcome === "passed"),
+  };
+}
+
+/** A submission that never ran (missing, empty, inapplicable): 0 / N_p, never resolved. */
+export function zeroSet(gold: readonly GoldView[]): SetScore {
+  return { n_cases: gold.length, passed: 0, score: 0, resolved: false, resolved_strict: false };
+}
+
+/** A harness fault is not the model's failure: nothing is scored. */
+export function unscoredSet(gold: readonly GoldView[]): SetScore {
+  return { n_cases: gold.length, passed: null, score: null, resolved: null, resolved_strict: null };
+}
+
+/** Per-case report over gold's cases, with a failure label where gold reliably passes and the submission does not. */
+export function gradeCases(gold: readonly GoldView[], sub: ReadonlyMap<string, CaseRecord>, collectionErrors: readonly CollectionError[]): GradedCase[] {
+  return gold.map((g) => {
+    const c = sub.get(g.id);
+    const outcome = c?.outcome ?? "failed";
+    const label = g.required && outcome !== "passed" ? labelFailure(g.id, c, collectionErrors, g.probeKind) : undefined;
+    return { id: g.id, suite: g.suite, outcome, ...(label ? { label } : {}) };
+  });
+}
+
+export interface SubmissionOutcome {
+  task_id: string;
+  status: GradeStatus;
+  apply_method: ApplyMethod | null;
+  reason?: string;
+  /** The merged cases of every session (present when status is "graded"). */
+  cases?: readonly CaseRecord[];
+  collection_errors?: readonly CollectionError[];
+}
+
+/** The whole result from gold and the submission's outcome. Top-level numbers are Set B's. */
+export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcome): GradeResult {
+  const official = gold.filter((g) => g.suite === "official");
+  let setA: SetScore;
+  let setB: SetScore;
+  let cases: GradedCase[];
+  if (run.status === "graded") {
+    const sub = new Map((run.cases ?? []).map((c) => [c.id, c]));
+    setA = scoreSet(official, sub);
+    setB = scoreSet(gold, sub);
+    cases = gradeCases(gold, sub, run.collection_errors ?? []);
+  } else {
+    const set = run.status === "harness_fault" ? unscoredSet : zeroSet;
+    setA = set(official);
+    setB = set(gold);
+    cases = gold.map((g) => ({ id: g.id, suite: g.suite, outcome: "not_run" as const }));
+  }
+  return {
+    task_id: run.task_id,
+    status: run.status,
+    patch_applied: run.status === "graded" || (run.status === "harness_fault" && run.apply_method !== null),
+    apply_method: run.apply_method,
+    ...(run.reason ? { reason: run.reason } : {}),
+    n_cases: setB.n_cases,
+    passed: setB.passed,
+    score: setB.score,
+    resolved: setB.resolved,
+    resolved_strict: setB.resolved_strict,
+    official: setA,
+    with_probes: setB,
+    cases,
+  };
+}

@@ -1,0 +1,74 @@
+import { cpSync, existsSync, lstatSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { execa } from "execa";
+import type { GraderTask } from "../tasks/loader.js";
+import { createSnapshot } from "../tasks/snapshot.js";
+import { changedPaths } from "./apply.js";
+
+/** Where the hidden probes go inside the grading workspace. */
+export const PROBES_DIR = "infradev_probes";
+
+export interface GradingWorkspace {
+  /** Host folder holding the repo (and nothing an agent ever had). */
+  root: string;
+  repoDir: string;
+  baseCommit: string;
+}
+
+/**
+ * A fresh workspace from the task's source at base, in a new temporary folder: never an agent's
+ * workspace, so the grader's sandbox cannot share a writable mount with one.
+ */
+export async function freshWorkspace(task: GraderTask): Promise<GradingWorkspace> {
+  const root = mkdtempSync(join(tmpdir(), `infradev-grade-${task.id}-`));
+  const repoDir = join(root, "repo");
+  const snap = await createSnapshot(task, repoDir);
+  return { root, repoDir, baseCommit: snap.baseCommit };
+}
+
+export function removeWorkspace(ws: GradingWorkspace): void {
+  rmSync(ws.root, { recursive: true, force: true });
+}
+
+function isUnder(path: string, dir: string): boolean {
+  return path === dir || path.startsWith(`${dir}/`);
+}
+
+/** Removes a path without following a link the submission may have left there. */
+function removePath(p: string): void {
+  try {
+    lstatSync(p);
+  } catch {
+    return;
+  }
+  rmSync(p, { recursive: true, force: true });
+}
+
+export interface TestInstall {
+  /** Paths under test_dirs the submission had changed, added or deleted (all reverted). */
+  reverted: string[];
+}
+
+/**
+ * Puts the grading tests in place: the submission's edits under each test dir are reverted to base
+ * (files it added there are deleted), then each test dir's contents are replaced by the post-PR
+ * tests (hidden/tests/<dir>, when the task has them) and the hidden probes go in as infradev_probes/.
+ */
+export async function installGradingTests(task: GraderTask, ws: GradingWorkspace): Promise<TestInstall> {
+  const dirs = task.fullSpec.test_dirs.map((d) => d.replace(/\/+$/, ""));
+  const reverted = (await changedPaths(ws.repoDir)).filter((p) => dirs.some((d) => isUnder(p, d)));
+  for (const d of dirs) {
+    removePath(join(ws.repoDir, d));
+    const inBase = await execa("git", ["cat-file", "-e", `${ws.baseCommit}:${d}`], { cwd: ws.repoDir, reject: false });
+    if (inBase.exitCode === 0) await execa("git", ["checkout", ws.baseCommit, "--", d], { cwd: ws.repoDir });
+    const postPr = join(task.hidden.testsDir, d);
+    if (existsSync(postPr)) {
+      removePath(join(ws.repoDir, d));
+      cpSync(postPr, join(ws.repoDir, d), { recursive: true, dereference: false, verbatimSymlinks: true });
+    }
+  }
+  removePath(join(ws.repoDir, PROBES_DIR));
+  cpSync(task.hidden.probesDir, join(ws.repoDir, PROBES_DIR), { recursive: true, dereference: false, verbatimSymlinks: true });
+  return { reverted };
+}
