@@ -1,0 +1,74 @@
+"""Hidden probes for the cuda-graph-decode task: a CUDA device, a model, counters of graph
+captures / replays, and the probe marker.
+
+The grader copies this folder into the repository as ``infradev_probes/`` and runs it under every
+mode of the task (NANODECODE_CUDA_GRAPHS=0 and =1). Self-contained: it does not rely on the
+repository's own tests/conftest.py.
+"""
+
+import collections
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from nanodecode import DecoderConfig, TinyDecoder  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "probe(promise, kind): hidden probe; promise = the behaviour it checks, "
+        "kind = numerical | resource | state | condition",
+    )
+
+
+@pytest.fixture
+def cuda() -> torch.device:
+    if not torch.cuda.is_available():
+        pytest.fail("the cuda-graph-decode probes need a CUDA device; none is visible")
+    # Reference numbers in full float32: TF32 would blur the comparison with the recomputation.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.fixture
+def config() -> DecoderConfig:
+    return DecoderConfig(vocab_size=512, d_model=128, n_heads=4, n_layers=4, max_seq_len=64)
+
+
+@pytest.fixture
+def model(config, cuda) -> TinyDecoder:
+    return TinyDecoder(config, seed=1234).to(cuda).eval()
+
+
+@pytest.fixture
+def graph_calls(monkeypatch):
+    """Counts CUDAGraph captures and replays, and Python-side calls of TinyDecoder.decode_step."""
+    counts = collections.Counter()
+    graph_cls = torch.cuda.CUDAGraph
+    original_begin, original_replay = graph_cls.capture_begin, graph_cls.replay
+    original_step = TinyDecoder.decode_step
+
+    def capture_begin(self, *args, **kwargs):
+        counts["capture"] += 1
+        return original_begin(self, *args, **kwargs)
+
+    def replay(self, *args, **kwargs):
+        counts["replay"] += 1
+        return original_replay(self, *args, **kwargs)
+
+    def decode_step(self, *args, **kwargs):
+        counts["decode_step"] += 1
+        return original_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(graph_cls, "capture_begin", capture_begin)
+    monkeypatch.setattr(graph_cls, "replay", replay)
+    monkeypatch.setattr(TinyDecoder, "decode_step", decode_step)
+    return counts
