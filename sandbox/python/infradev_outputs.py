@@ -15,11 +15,13 @@ SESSION_ENV = "INFRADEV_SESSION"
 LONGREPR_CAP = 8192
 
 # What every rank runs after the interpreter: the plugin records progress and results; the cache
-# provider is off because N ranks would race on one .pytest_cache.
-PYTEST_PREFIX = ["-m", "pytest", "-p", "infradev_probe.plugin", "-p", "no:cacheprovider"]
+# provider is off because N ranks would race on one .pytest_cache; a file that fails to import must
+# not cost the tests of every other file (its error is reported in collection_errors).
+PYTEST_PREFIX = ["-m", "pytest", "-p", "infradev_probe.plugin", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
 
 # States the plugin writes into rank{r}.current.json.
-STATE_CONFIGURED = "configured"
+STATE_CONFIGURED = "configured"  # pytest started; importing and collecting
+STATE_COLLECTED = "collected"  # collection done, no test started yet
 STATE_RUNNING = "running"
 STATE_IDLE = "idle"
 STATE_FINISHED = "finished"

@@ -69,6 +69,8 @@ def parse_args(argv):
     parser.add_argument("--out-dir", required=True, help="folder for logs, JUnit XML and JSON results")
     parser.add_argument("--per-test-timeout", type=_positive, default=300.0, help="seconds one test may run on a rank (default 300)")
     parser.add_argument("--run-timeout", type=_positive, default=3600.0, help="seconds the whole run may take (default 3600)")
+    parser.add_argument("--startup-timeout", type=_positive, default=600.0,
+                        help="seconds a rank may take to start pytest and collect (default 600)")
     parser.add_argument("--grace", type=_positive, default=5.0, help="seconds the other ranks get after one exits mid-session (default 5)")
     parser.add_argument("--kill-grace", type=_positive, default=2.0, help="seconds between SIGTERM and SIGKILL (default 2)")
     parser.add_argument("--launcher", choices=("builtin", "torchrun"), default="builtin")

@@ -5,7 +5,7 @@ import os
 import signal
 import time
 
-from infradev_outputs import STATE_FINISHED, STATE_IDLE, STATE_RUNNING, rank_file, read_json, write_json_atomic
+from infradev_outputs import STATE_CONFIGURED, STATE_FINISHED, STATE_IDLE, STATE_RUNNING, rank_file, read_json, write_json_atomic
 
 from . import procs
 from .ranks import start_ranks
@@ -94,12 +94,27 @@ def _finished(state):
     return bool(state) and state.get("state") == STATE_FINISHED
 
 
-def _find_hang(cfg, states, codes, now, session, t_launch):
+def _all_collected(states, codes):
+    """Every live rank is past import + collection (until then its peers wait for it legitimately)."""
+    return all(c is not None or (s and s.get("state") != STATE_CONFIGURED) for s, c in zip(states, codes))
+
+
+def _startup_hang(cfg, states, codes, now, started_wall, session, t_launch):
+    if now - started_wall <= cfg.startup_timeout:
+        return None
+    slow = [r for r, (s, c) in enumerate(zip(states, codes)) if c is None and (not s or s.get("state") == STATE_CONFIGURED)]
+    detail = "rank(s) %s did not finish starting pytest and collecting within %g s" % (", ".join(map(str, slow)), cfg.startup_timeout)
+    return make_event("hang", slow[0] if slow else None, None, now - started_wall, detail, session, t_launch, ranks=slow)
+
+
+def _find_hang(cfg, states, codes, now, ready_at, session, t_launch):
     """A hang event when some live rank is past the per-test limit, else None.
 
     The test blamed is the earliest (in run order) that any live rank is still running: ranks that
     went ahead are waiting for the ones left in it. It is blamed once it is itself past the limit,
-    or once any rank has waited twice the limit (whatever the earliest test's own time).
+    or once any rank has waited twice the limit (whatever the earliest test's own time). Time spent
+    before every rank finished collecting (a first test waiting for a slow peer to start) is not
+    counted against a test.
     """
     limit = cfg.per_test_timeout
     if limit is None:
@@ -108,7 +123,7 @@ def _find_hang(cfg, states, codes, now, session, t_launch):
     for rank, (state, code) in enumerate(zip(states, codes)):
         if code is not None or not state:
             continue
-        elapsed = now - float(state.get("since", now))
+        elapsed = now - max(float(state.get("since", now)), ready_at)
         if state.get("state") == STATE_RUNNING:
             index = state.get("index")
             running.append((index if index is not None else 1 << 30, -elapsed, rank, state.get("nodeid")))
@@ -204,6 +219,8 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
         result.launch_error = "could not start the ranks: %s" % exc
         return result
     abnormal = {}  # rank -> (wall clock when seen, exit code): exits without a finished session
+    started_wall = time.time()
+    ready_at = None  # wall clock when every live rank had finished collecting
     killed = False
     while True:
         ranks.wait(POLL_S)
@@ -233,7 +250,12 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
             if now - abnormal[first][0] >= cfg.grace:
                 break
             continue
-        hang = _find_hang(cfg, states, codes, now, session, t_launch)
+        if ready_at is None and _all_collected(states, codes):
+            ready_at = now
+        if ready_at is None:
+            hang = _startup_hang(cfg, states, codes, now, started_wall, session, t_launch)
+        else:
+            hang = _find_hang(cfg, states, codes, now, ready_at, session, t_launch)
         if hang is not None:
             result.event = hang
             result.stacks = dump_stacks(cfg.out_dir, ranks.signal_pids(), states, hang["detail"])

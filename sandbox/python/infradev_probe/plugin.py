@@ -24,6 +24,7 @@ from infradev_outputs import (
     OUT_DIR_ENV,
     SESSION_ENV,
     SKIP_FILE_ENV,
+    STATE_COLLECTED,
     STATE_CONFIGURED,
     STATE_FINISHED,
     STATE_IDLE,
@@ -156,6 +157,7 @@ class RankRecorder:
         ids = [item.nodeid for item in session.items]
         # Position in the run order: the launcher blames the earliest test any rank is stuck in.
         self._index = {nodeid: i for i, nodeid in enumerate(ids)}
+        self._progress(STATE_COLLECTED, None, tests=len(ids))
         write_json_atomic(
             rank_file(self.out_dir, self.rank, "collected.json"),
             {

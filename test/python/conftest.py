@@ -1,0 +1,103 @@
+"""Helpers for the launcher / probe tests: write scratch pytest files, run the real launcher on them."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SANDBOX_PY = os.path.join(REPO, "sandbox", "python")
+LAUNCHER = os.path.join(SANDBOX_PY, "infradev_launch.py")
+
+# Scratch test files share this fixture: one gloo process group per module, torn down with a barrier
+# so no rank leaves while another still needs it.
+PG_FIXTURE = '''
+import os
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.fixture(scope="module", autouse=True)
+def pg():
+    dist.init_process_group("gloo")
+    yield
+    dist.barrier()
+    dist.destroy_process_group()
+'''
+
+
+class LaunchRun:
+    def __init__(self, out_dir, proc, elapsed_s):
+        self.out_dir = out_dir
+        self.returncode = proc.returncode
+        self.stderr = proc.stderr
+        self.elapsed_s = elapsed_s
+        self.launch = read_json(os.path.join(out_dir, "launch.json"))
+
+    def junit(self, rank):
+        """{nodeid: (outcome, message)} from rank{rank}.xml."""
+        root = ET.parse(os.path.join(self.out_dir, "rank%d.xml" % rank)).getroot()
+        cases = {}
+        for case in root.iter("testcase"):
+            outcome, message = "passed", ""
+            for tag, name in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+                child = case.find(tag)
+                if child is not None:
+                    outcome, message = name, child.get("message", "")
+            cases[case.get("name")] = (outcome, message)
+        return cases
+
+    def probe(self, rank):
+        return read_json(os.path.join(self.out_dir, "rank%d.probe.json" % rank))
+
+    def log(self, rank):
+        with open(os.path.join(self.out_dir, "rank%d.log" % rank), encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def processes_mentioning(marker):
+    """pids of live processes whose command line contains `marker` (a /proc scan; no psutil)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append((int(name), cmdline))
+    return found
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """scratch(files, nproc, *launcher_args) -> LaunchRun: writes the files into a fresh folder and
+    runs the launcher there on them."""
+
+    def run(files, nproc, *launcher_args, timeout=240):
+        work = tmp_path / "work"
+        work.mkdir(exist_ok=True)
+        for name, body in files.items():
+            (work / name).write_text(textwrap.dedent(body))
+        out_dir = str(tmp_path / "out")
+        cmd = [sys.executable, LAUNCHER, "--nproc", str(nproc), "--out-dir", out_dir] + list(launcher_args)
+        if "--" not in launcher_args:
+            cmd += ["--", "-q"] + sorted(n for n in files if n.startswith("test_"))
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, cwd=str(work), capture_output=True, text=True, timeout=timeout)
+        return LaunchRun(out_dir, proc, time.monotonic() - t0)
+
+    return run

@@ -1,0 +1,175 @@
+"""The rank launcher with real gloo ranks: all-pass sessions, a hang, a crash, launch errors."""
+
+import pytest
+
+from conftest import PG_FIXTURE, processes_mentioning
+
+PASSING = PG_FIXTURE + '''
+
+def test_sum():
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert t.tolist() == [float(dist.get_world_size())] * 4
+
+
+def test_env():
+    assert os.environ["LOCAL_RANK"] == os.environ["RANK"]
+    assert os.environ["LOCAL_WORLD_SIZE"] == os.environ["WORLD_SIZE"]
+    assert os.environ["MASTER_ADDR"] == "127.0.0.1"
+    assert os.environ["NCCL_NVLS_ENABLE"] == "0"
+    assert os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert os.environ["NVSHMEM_DISABLE_NVLS"] == "1"
+    import infradev_probe  # importable from the tests: PYTHONPATH starts with sandbox/python
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_param(n):
+    assert n > 0
+
+
+@pytest.mark.skip(reason="not today")
+def test_skipped():
+    pass
+'''
+IDS = ["test_ok.py::test_sum", "test_ok.py::test_env", "test_ok.py::test_param[1]", "test_ok.py::test_param[2]", "test_ok.py::test_skipped"]
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_all_pass(scratch, nproc):
+    run = scratch({"test_ok.py": PASSING}, nproc, "--per-test-timeout", "60")
+    assert run.returncode == 0, run.stderr
+    launch = run.launch
+    assert launch["status"] == "ok"
+    assert launch["nproc"] == nproc and launch["launcher"] == "builtin"
+    assert launch["exit_codes"] == [0] * nproc
+    assert launch["collected"] == IDS
+    assert launch["events"] == [] and launch["restarts"] == 0
+    for rank in range(nproc):
+        cases = run.junit(rank)
+        assert list(cases) == IDS
+        assert cases["test_ok.py::test_skipped"] == ("skipped", "not today")
+        assert all(cases[i][0] == "passed" for i in IDS[:-1])
+        probe = run.probe(rank)
+        assert probe["rank"] == rank and probe["world_size"] == nproc
+        assert probe["tests"]["test_ok.py::test_sum"]["calls"] == {"all_reduce": 1}
+        assert probe["tests"]["test_ok.py::test_sum"]["bytes"] == {"all_reduce": 16}
+
+
+HANGING = PG_FIXTURE + '''
+
+def test_before():
+    t = torch.ones(2)
+    dist.all_reduce(t)
+
+
+def test_hang():
+    t = torch.ones(2)
+    if dist.get_rank() == 1:
+        dist.recv(t, src=0)  # rank 0 never sends: rank 1 blocks forever
+
+
+def test_after():
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t[0].item() == dist.get_world_size()
+'''
+
+
+def test_hang_is_reported_and_the_suite_continues(scratch, tmp_path):
+    limit = 5.0
+    run = scratch({"test_hang.py": HANGING}, 2, "--per-test-timeout", str(limit))
+    assert run.returncode == 2, run.stderr
+    launch = run.launch
+    assert launch["status"] == "hang"
+    [event] = launch["events"]
+    assert event["kind"] == "hang" and event["rank"] == 1 and event["test"] == "test_hang.py::test_hang"
+    assert limit < event["after_s"] < limit + 3
+    assert launch["restarts"] == 1
+    r0, r1 = run.junit(0), run.junit(1)
+    assert r1["test_hang.py::test_hang"][0] == "error"
+    assert r1["test_hang.py::test_hang"][1].startswith("hang: test_hang.py::test_hang did not finish within 5 s on rank 1")
+    assert r0["test_hang.py::test_hang"][0] == "passed"  # rank 0 skipped the recv and went on
+    # the test after the hang still ran, on both ranks, after the restart
+    assert r0["test_hang.py::test_after"][0] == "passed" and r1["test_hang.py::test_after"][0] == "passed"
+    assert r0["test_hang.py::test_before"][0] == "passed" and r1["test_hang.py::test_before"][0] == "passed"
+    with open(run.out_dir + "/rank1.stacks.txt") as f:
+        assert "in test_hang" in f.read()  # faulthandler dump of the stuck rank
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_hang_without_continue(scratch, tmp_path):
+    run = scratch({"test_hang.py": HANGING}, 2, "--per-test-timeout", "3", "--no-continue")
+    assert run.returncode == 2
+    assert run.launch["status"] == "hang" and run.launch["restarts"] == 0
+    r0, r1 = run.junit(0), run.junit(1)
+    assert r1["test_hang.py::test_hang"][0] == "error"
+    assert "test_hang.py::test_after" not in r1  # never reached on rank 1
+    # rank 0 was waiting in test_after when it was killed: an error that names the real culprit
+    assert r0["test_hang.py::test_after"][0] == "error"
+    assert r0["test_hang.py::test_after"][1].startswith("aborted:")
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+CRASHING = PG_FIXTURE.replace("    dist.barrier()\n", "") + '''
+
+def test_before():
+    t = torch.ones(2)
+    dist.all_reduce(t)
+
+
+def test_crash():
+    if dist.get_rank() == 1:
+        os._exit(3)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+
+
+def test_after():
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t[0].item() == dist.get_world_size()
+'''
+
+
+def test_rank_exit_mid_test_is_a_crash(scratch, tmp_path):
+    run = scratch({"test_crash.py": CRASHING}, 2, "--per-test-timeout", "30", "--grace", "2")
+    assert run.returncode == 2, run.stderr
+    launch = run.launch
+    assert launch["status"] == "crash"
+    [event] = launch["events"]
+    assert event["kind"] == "crash" and event["rank"] == 1 and event["test"] == "test_crash.py::test_crash"
+    assert event["exit_code"] == 3
+    r0, r1 = run.junit(0), run.junit(1)
+    assert r1["test_crash.py::test_crash"] == ("error", "crash: rank 1 exited with code 3 while running test_crash.py::test_crash")
+    assert r0["test_crash.py::test_crash"][0] in ("failed", "error")  # its peer vanished mid-collective
+    assert r0["test_crash.py::test_after"][0] == "passed" and r1["test_crash.py::test_after"][0] == "passed"
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_launch_errors(scratch):
+    run = scratch({"test_x.py": "def test_x():\n    pass\n"}, 2, "--", "--no-such-pytest-flag", "test_x.py")
+    assert run.returncode == 3
+    assert run.launch["status"] == "launch_error"
+    assert "unrecognized arguments: --no-such-pytest-flag" in run.launch["error"]
+    run = scratch({}, 0)
+    assert run.returncode == 3 and "--nproc" in run.stderr
+    assert run.launch["status"] == "launch_error"
+
+
+def test_collection_error_fails_the_run(scratch):
+    run = scratch({"test_ok.py": "def test_ok():\n    pass\n", "test_broken.py": "import no_such_module\n"}, 2)
+    assert run.returncode == 1
+    assert run.launch["status"] == "tests_failed"
+    [err] = run.launch["collection_errors"]
+    assert err["file"] == "test_broken.py" and "no_such_module" in err["message"]
+    assert run.junit(0) == {"test_ok.py::test_ok": ("passed", "")}
+
+
+def test_torchrun_falls_back_or_runs(scratch):
+    """Debian's torchrun on Python 3.11 dies before starting a rank: the run falls back, with a note."""
+    run = scratch({"test_x.py": "def test_x():\n    pass\n"}, 2, "--launcher", "torchrun")
+    assert run.returncode == 0, run.stderr
+    assert run.launch["launcher_requested"] == "torchrun"
+    if run.launch["launcher"] == "builtin":
+        assert "fell back to the built-in launcher" in run.launch["notes"][0]
+    assert run.junit(1) == {"test_x.py::test_x": ("passed", "")}
