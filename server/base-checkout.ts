@@ -1,0 +1,18 @@
+import { existsSync } from "node:fs";
+import { git } from "../tasks/snapshot.js";
+
+/**
+ * The pristine base checkout measure's compare_with_base runs against: a detached git worktree of
+ * the workspace's base commit, in the run folder beside the workspace (runs/<id>/base). It is made
+ * once, when the run is created and the workspace's .git is still ours: after that the agent can
+ * write that .git, so the host runs no git command there again.
+ */
+export async function createBaseCheckout(workspaceDir: string, baseDir: string, baseCommit: string): Promise<void> {
+  if (existsSync(baseDir)) throw new Error(`base checkout ${baseDir} already exists`);
+  await git(workspaceDir).raw(["worktree", "add", "--detach", baseDir, baseCommit]);
+}
+
+/** The base checkout of a resumed run, or null when it is gone (compare_with_base then says so). */
+export function existingBaseCheckout(baseDir: string): string | null {
+  return existsSync(baseDir) ? baseDir : null;
+}

@@ -1,0 +1,154 @@
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { createSnapshot } from "../tasks/snapshot.js";
+import type { PublicTask } from "../tasks/loader.js";
+import type { RunSession } from "../tools/support/deps.js";
+
+/**
+ * One session's folder, `runs/<run-id>/`, with constant names (a run resumes from what is there):
+ *
+ *   session.json   task, base commit, submission state
+ *   workspace/     the agent's repo (git, base committed)
+ *   base/          pristine checkout of the base commit (git worktree), read-only in the sandbox
+ *   trace.jsonl    one line per tool call
+ *   patch.diff     the patch (on submit, and on shutdown)
+ */
+
+export interface RunPaths {
+  runId: string;
+  runDir: string;
+  workspaceDir: string;
+  baseDir: string;
+  sessionFile: string;
+  tracePath: string;
+  patchPath: string;
+}
+
+interface SessionFile {
+  schema_version: 1;
+  run_id: string;
+  task_id: string;
+  base_commit: string;
+  created_at: string;
+  resumed_at: string[];
+  submitted_at: string | null;
+  note: string | null;
+  patch_written_at: string | null;
+}
+
+const RUN_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+
+export function runPaths(runsDir: string, runId: string): RunPaths {
+  if (!RUN_ID.test(runId) || runId.includes("..")) {
+    throw new Error(`run id "${runId}" is not valid: use letters, digits, '.', '_' and '-' (as printed when the run was created)`);
+  }
+  const runDir = join(resolve(runsDir), runId);
+  return {
+    runId,
+    runDir,
+    workspaceDir: join(runDir, "workspace"),
+    baseDir: join(runDir, "base"),
+    sessionFile: join(runDir, "session.json"),
+    tracePath: join(runDir, "trace.jsonl"),
+    patchPath: join(runDir, "patch.diff"),
+  };
+}
+
+export function newRunId(taskId: string, now = new Date()): string {
+  const stamp = now.toISOString().replace(/[-:]/g, "").replace(/\..*$/, "").replace("T", "-");
+  return `${taskId}-${stamp}-${randomBytes(3).toString("hex")}`;
+}
+
+function writeJsonAtomic(file: string, value: unknown): void {
+  const tmp = `${file}.tmp${process.pid}`;
+  writeFileSync(tmp, `${JSON.stringify(value, null, 2)}\n`);
+  renameSync(tmp, file);
+}
+
+/** The session state behind the RunSession interface the tools see; persisted on every change. */
+export class RunDirSession implements RunSession {
+  private state: SessionFile;
+
+  constructor(
+    readonly paths: RunPaths,
+    state: SessionFile,
+  ) {
+    this.state = state;
+  }
+
+  get runId(): string {
+    return this.paths.runId;
+  }
+  get runDir(): string {
+    return this.paths.runDir;
+  }
+  get baseCommit(): string {
+    return this.state.base_commit;
+  }
+  get patchPath(): string {
+    return this.paths.patchPath;
+  }
+  get tracePath(): string {
+    return this.paths.tracePath;
+  }
+  get taskId(): string {
+    return this.state.task_id;
+  }
+
+  submitted(): { at: string; note: string | null } | null {
+    return this.state.submitted_at ? { at: this.state.submitted_at, note: this.state.note } : null;
+  }
+
+  recordPatch(patch: string, submission?: { note: string | null }): { at: string } {
+    const at = new Date().toISOString();
+    const tmp = `${this.paths.patchPath}.tmp${process.pid}`;
+    writeFileSync(tmp, patch);
+    renameSync(tmp, this.paths.patchPath);
+    this.state = { ...this.state, patch_written_at: at, ...(submission ? { submitted_at: at, note: submission.note } : {}) };
+    writeJsonAtomic(this.paths.sessionFile, this.state);
+    return { at };
+  }
+}
+
+export interface OpenRunOptions {
+  task: PublicTask;
+  runsDir: string;
+  /** Reopen this run instead of creating a new one. */
+  resume?: string;
+  now?: Date;
+}
+
+/** Creates runs/<new-id>/ with the workspace at base, or reopens runs/<resume>/ as it was left. */
+export async function openRun(opts: OpenRunOptions): Promise<{ session: RunDirSession; resumed: boolean }> {
+  if (opts.resume !== undefined) {
+    const paths = runPaths(opts.runsDir, opts.resume);
+    if (!existsSync(paths.sessionFile)) {
+      throw new Error(`--resume ${opts.resume}: no run there (${paths.sessionFile} is missing); runs are folders of ${resolve(opts.runsDir)}`);
+    }
+    const state = JSON.parse(readFileSync(paths.sessionFile, "utf8")) as SessionFile;
+    if (state.task_id !== opts.task.id) {
+      throw new Error(`--resume ${opts.resume}: that run is for task "${state.task_id}", not "${opts.task.id}"; pass --task ${state.task_id}`);
+    }
+    if (!existsSync(join(paths.workspaceDir, ".git"))) throw new Error(`--resume ${opts.resume}: the workspace ${paths.workspaceDir} is missing or not a git repo`);
+    const resumed: SessionFile = { ...state, resumed_at: [...(state.resumed_at ?? []), (opts.now ?? new Date()).toISOString()] };
+    writeJsonAtomic(paths.sessionFile, resumed);
+    return { session: new RunDirSession(paths, resumed), resumed: true };
+  }
+  const paths = runPaths(opts.runsDir, newRunId(opts.task.id, opts.now));
+  mkdirSync(paths.runDir, { recursive: true });
+  const snap = await createSnapshot(opts.task, paths.workspaceDir);
+  const state: SessionFile = {
+    schema_version: 1,
+    run_id: paths.runId,
+    task_id: opts.task.id,
+    base_commit: snap.baseCommit,
+    created_at: (opts.now ?? new Date()).toISOString(),
+    resumed_at: [],
+    submitted_at: null,
+    note: null,
+    patch_written_at: null,
+  };
+  writeJsonAtomic(paths.sessionFile, state);
+  return { session: new RunDirSession(paths, state), resumed: false };
+}

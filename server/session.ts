@@ -1,0 +1,125 @@
+import { resolve } from "node:path";
+import type { Logger } from "../lib/logger.js";
+import { bundledTasksDir } from "../lib/paths.js";
+import type { Sandbox, SandboxKind } from "../sandbox/types.js";
+import { loadPublicTask, resolveTaskDir, type PublicTask } from "../tasks/loader.js";
+import type { ToolDeps } from "../tools/index.js";
+import { workspaceDiff } from "../tools/support/workspace-diff.js";
+import { createBaseCheckout, existingBaseCheckout } from "./base-checkout.js";
+import { openRun, type RunDirSession } from "./run-dir.js";
+import { loadSkill } from "./skill.js";
+import { JsonlTrace } from "./trace.js";
+
+/** Where the pristine base checkout appears inside the sandbox. */
+export const SANDBOX_BASE_DIR = "/base";
+
+/** What the server asks of a sandbox backend; cli/serve.ts maps it onto createSandbox(...). */
+export interface SandboxRequest {
+  kind: SandboxKind;
+  /** The workspace on the host (the sandbox's repo, read-write). */
+  hostRepoDir: string;
+  /** Extra read-only binds: the base checkout at /base. */
+  readOnlyMounts: Array<{ host: string; sandbox: string }>;
+  /** Host paths the sandbox must never see: the task folder (hidden/ with it), the package's tasks/, every run. */
+  hiddenPaths: string[];
+  python: string;
+  sessionId: string;
+  task: PublicTask;
+  logger: Logger;
+}
+
+export type SandboxFactory = (req: SandboxRequest) => Promise<Sandbox>;
+
+export interface SessionOptions {
+  taskId: string;
+  tasksRoot?: string;
+  runsDir: string;
+  resume?: string;
+  sandboxKind: SandboxKind;
+  python?: string;
+  logger: Logger;
+  createSandbox: SandboxFactory;
+}
+
+export interface Session {
+  deps: ToolDeps;
+  session: RunDirSession;
+  resumed: boolean;
+  /** Writes patch.diff and the session's last trace line, then closes the sandbox. Idempotent. */
+  finish(reason: string): Promise<void>;
+}
+
+/**
+ * Everything one `infradev serve` session needs, in order: the task through the public door only,
+ * the run folder (new, or resumed), the pristine base checkout, the sandbox (which hides the task
+ * folder, the package's tasks and all runs), the skill and the trace.
+ */
+export async function openSession(opts: SessionOptions): Promise<Session> {
+  const task = loadPublicTask(opts.taskId, opts.tasksRoot);
+  const { session, resumed } = await openRun({ task, runsDir: opts.runsDir, resume: opts.resume });
+  const { paths } = session;
+  let baseHost: string | null;
+  if (resumed) {
+    baseHost = existingBaseCheckout(paths.baseDir);
+    if (!baseHost) opts.logger.warn({ base: paths.baseDir }, "the run's base checkout is gone; measure's compare_with_base is unavailable");
+  } else {
+    await createBaseCheckout(paths.workspaceDir, paths.baseDir, session.baseCommit);
+    baseHost = paths.baseDir;
+  }
+  const taskDir = resolveTaskDir(opts.taskId, opts.tasksRoot);
+  const hiddenPaths = [...new Set([resolve(taskDir), resolve(opts.tasksRoot ?? bundledTasksDir()), bundledTasksDir(), resolve(opts.runsDir)])];
+  const trace = new JsonlTrace(paths.tracePath);
+  const sandbox = await opts.createSandbox({
+    kind: opts.sandboxKind,
+    hostRepoDir: paths.workspaceDir,
+    readOnlyMounts: baseHost ? [{ host: baseHost, sandbox: SANDBOX_BASE_DIR }] : [],
+    hiddenPaths,
+    python: opts.python ?? task.spec.env.python,
+    sessionId: paths.runId,
+    task,
+    logger: opts.logger,
+  });
+  // The `none` backend cannot remap paths: the base is wherever it is on the host.
+  const baseInSandbox = baseHost ? (sandbox.kind === "none" ? baseHost : SANDBOX_BASE_DIR) : null;
+  const deps: ToolDeps = {
+    task,
+    sandbox,
+    session,
+    base: baseHost && baseInSandbox ? { hostDir: baseHost, sandboxDir: baseInSandbox, commit: session.baseCommit } : null,
+    skill: loadSkill(),
+    logger: opts.logger,
+    trace,
+  };
+  trace.append({
+    ts: new Date().toISOString(),
+    event: resumed ? "session_resume" : "session_start",
+    run_id: paths.runId,
+    task_id: task.id,
+    sandbox: sandbox.kind,
+    workspace: paths.workspaceDir,
+    base_commit: session.baseCommit,
+  });
+  let finished: Promise<void> | null = null;
+  const finish = (reason: string): Promise<void> => {
+    finished ??= (async () => {
+      const started = Date.now();
+      let patch: { files_changed: number; patch_bytes: number } | { error: string };
+      try {
+        const diff = await workspaceDiff(sandbox, session.baseCommit);
+        session.recordPatch(diff.patch);
+        patch = { files_changed: diff.files_changed, patch_bytes: diff.patch_bytes };
+      } catch (e) {
+        patch = { error: (e as Error).message };
+        opts.logger.error({ err: (e as Error).message }, "could not write patch.diff at shutdown");
+      }
+      try {
+        trace.append({ ts: new Date().toISOString(), event: "session_end", reason, duration_ms: Date.now() - started, submitted: session.submitted() !== null, patch });
+      } catch (e) {
+        opts.logger.error({ err: String(e) }, "could not append the last trace line");
+      }
+      await sandbox.close().catch((e: unknown) => opts.logger.error({ err: String(e) }, "sandbox close failed"));
+    })();
+    return finished;
+  };
+  return { deps, session, resumed, finish };
+}

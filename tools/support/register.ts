@@ -1,0 +1,93 @@
+import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
+import type { CallToolResult, ServerNotification, ServerRequest, ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
+import type { z } from "zod";
+import type { ToolDeps } from "./deps.js";
+import { errorResult } from "./result.js";
+
+/** What a handler gets besides its arguments. */
+export interface ToolContext {
+  /** Aborted when the client cancels the request (or the session ends). */
+  readonly signal: AbortSignal;
+  /** Sends notifications/progress when the client asked for it (a progressToken); a no-op otherwise. */
+  progress(done: number, total: number, message?: string): void;
+}
+
+/** A tool result plus fields for the trace line only (exit code, output sizes...). */
+export type ToolOutcome = CallToolResult & { trace?: Record<string, unknown> };
+
+export interface ToolDefinition<I extends z.ZodObject, O extends z.ZodObject> {
+  name: string;
+  title: string;
+  description: string;
+  input: I;
+  output: O;
+  annotations: Required<Pick<ToolAnnotations, "readOnlyHint" | "destructiveHint" | "idempotentHint" | "openWorldHint">>;
+}
+
+type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
+
+function byteLength(result: CallToolResult): number {
+  let n = 0;
+  for (const c of result.content) if (c.type === "text") n += Buffer.byteLength(c.text);
+  return n;
+}
+
+/**
+ * The one wrapper every tool goes through: logs start / finish / duration, appends the call to the
+ * trace, turns a thrown error into an `isError` result that names the tool, and wires progress and
+ * cancellation from the MCP request into the handler's context.
+ */
+export function registerTool<I extends z.ZodObject, O extends z.ZodObject>(
+  server: McpServer,
+  deps: ToolDeps,
+  def: ToolDefinition<I, O>,
+  handler: (args: z.infer<I>, ctx: ToolContext) => Promise<ToolOutcome>,
+): void {
+  const callback = async (args: z.infer<I>, extra: Extra): Promise<CallToolResult> => {
+    const started = Date.now();
+    const log = deps.logger.child({ tool: def.name, request: String(extra.requestId) });
+    log.info({ args }, "tool start");
+    const progressToken = extra._meta?.progressToken;
+    const ctx: ToolContext = {
+      signal: extra.signal,
+      progress(done, total, message) {
+        if (progressToken === undefined) return;
+        extra
+          .sendNotification({ method: "notifications/progress", params: { progressToken, progress: done, total, ...(message ? { message } : {}) } })
+          .catch((e: unknown) => log.debug({ err: String(e) }, "progress notification not sent"));
+      },
+    };
+    let outcome: ToolOutcome;
+    try {
+      outcome = await handler(args, ctx);
+    } catch (e) {
+      log.error({ err: e instanceof Error ? e.stack : String(e) }, "tool failed");
+      outcome = errorResult(`${def.name} failed: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    const { trace: traceExtra, ...result } = outcome;
+    const durationMs = Date.now() - started;
+    const isError = result.isError === true;
+    log.info({ duration_ms: durationMs, is_error: isError }, "tool finish");
+    try {
+      deps.trace.append({
+        ts: new Date(started).toISOString(),
+        tool: def.name,
+        args,
+        duration_ms: durationMs,
+        is_error: isError,
+        result_text_bytes: byteLength(result),
+        ...(traceExtra ?? {}),
+      });
+    } catch (e) {
+      log.error({ err: String(e) }, "trace append failed");
+    }
+    return result;
+  };
+  server.registerTool(
+    def.name,
+    { title: def.title, description: def.description, inputSchema: def.input, outputSchema: def.output, annotations: { title: def.title, ...def.annotations } },
+    // The SDK's callback type is generic over its own schema helpers; the zod object is the same one.
+    callback as unknown as Parameters<McpServer["registerTool"]>[2],
+  );
+}

@@ -1,0 +1,32 @@
+import type { PublicTask } from "../../tasks/loader.js";
+
+export type ModeCheck = { ok: true; mode: string; env: Record<string, string> } | { ok: false; error: string };
+
+/** The default mode: "default" when the task has one, else the first mode it declares. */
+export function defaultMode(task: PublicTask): string {
+  const names = Object.keys(task.spec.modes);
+  return names.includes("default") ? "default" : (names[0] ?? "default");
+}
+
+/** The environment of a mode: the task's env vars, then the mode's (the mode wins). */
+export function modeEnv(task: PublicTask, mode: string | undefined): ModeCheck {
+  const name = mode ?? defaultMode(task);
+  const modes = task.spec.modes;
+  if (!(name in modes)) {
+    return { ok: false, error: `mode "${name}" is not a mode of task ${task.id}; choose one of: ${Object.keys(modes).join(", ") || "(none)"}` };
+  }
+  return { ok: true, mode: name, env: { ...task.spec.env.vars, ...modes[name]! } };
+}
+
+/**
+ * Environment for a single pytest process that must not try to join a multi-rank group: a task's
+ * conftest may initialise torch.distributed from these at import time.
+ */
+export function singleProcessEnv(port: number): Record<string, string> {
+  return { RANK: "0", LOCAL_RANK: "0", WORLD_SIZE: "1", LOCAL_WORLD_SIZE: "1", MASTER_ADDR: "127.0.0.1", MASTER_PORT: String(port) };
+}
+
+/** A port for a rendezvous inside the sandbox's own network namespace (no clash with the host). */
+export function randomPort(): number {
+  return 20_000 + Math.floor(Math.random() * 30_000);
+}
