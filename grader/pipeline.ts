@@ -1,9 +1,10 @@
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Sandbox } from "../sandbox/types.js";
 import type { GraderTask } from "../tasks/loader.js";
 import { applyPatch } from "./apply.js";
 import { writeJsonAtomic } from "./files.js";
+import { checkPatch } from "./patch-check.js";
 import { planSessions, runSessions } from "./sessions.js";
 import type { ApplyMethod, CaseRecord, CollectionError, SessionResult } from "./types.js";
 import { freshWorkspace, installGradingTests, removeWorkspace } from "./workspace.js";
@@ -47,6 +48,14 @@ export type RunOutcome =
 export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutcome> {
   const { task, artifactDir } = opts;
   mkdirSync(artifactDir, { recursive: true });
+  // The pure pre-check first: a refused patch needs no workspace.
+  const pre = checkPatch(readFileSync(opts.patchFile));
+  if (!pre.ok) {
+    const reason = `inapplicable: ${pre.reason}`;
+    writeFileSync(join(artifactDir, "apply.log"), `pre-check: ${pre.reason}\n`);
+    writeJsonAtomic(join(artifactDir, "apply.json"), { applied: false, reason });
+    return { kind: "inapplicable", reason };
+  }
   const ws = await freshWorkspace(task);
   try {
     const applied = await applyPatch(ws.repoDir, opts.patchFile, ws.baseCommit);

@@ -1,0 +1,200 @@
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { bundledTasksDir } from "../lib/paths.js";
+import { listTaskIds, loadGraderTask, type GraderTask } from "../tasks/loader.js";
+import { taskRunnableHere } from "../tasks/runnable.js";
+import { calibrate } from "./calibrate.js";
+import { taskContentHash } from "./files.js";
+import { hardwareFingerprint } from "./fingerprint.js";
+import { gradeSubmission } from "./grade.js";
+import type { SandboxFactory } from "./pipeline.js";
+import type { Calibration, FailureLabel, GradeResult } from "./types.js";
+
+/**
+ * `demo`: for every bundled task this machine can run, grade the golden patch, every adversarial
+ * patch, the hollow patch and an empty patch — one calibration per task, shared by all of them.
+ */
+
+export type SubmissionKind = "golden" | "adversarial" | "hollow" | "empty";
+
+export interface DemoSubmission {
+  task: string;
+  kind: SubmissionKind;
+  /** `golden`, `adversarial/<name>`, `hollow`, `empty`. */
+  name: string;
+  patchFile: string | null;
+  /** Promises an adversarial patch is declared to break (hidden/adversarial/index.yaml). */
+  breaks?: string[];
+}
+
+export interface DemoEntry {
+  /** `<task>:<name>` */
+  submission: string;
+  result: GradeResult | null;
+  /** Set when the task cannot run here (the reason) — listed, never silently skipped. */
+  not_runnable?: string;
+}
+
+export interface DemoRow extends DemoSubmission {
+  result: GradeResult;
+  /** Probe promise per case id, from gold's calibration (for the labels column). */
+  promises: Record<string, string>;
+}
+
+export interface DemoReport {
+  rows: DemoRow[];
+  notRunnable: Array<{ task: string; reason: string }>;
+}
+
+export function demoSubmissions(task: GraderTask, emptyPatch: string): DemoSubmission[] {
+  return [
+    { task: task.id, kind: "golden", name: "golden", patchFile: task.hidden.goldenPatch },
+    ...task.hidden.adversarial.map((a) => ({ task: task.id, kind: "adversarial" as const, name: `adversarial/${a.name}`, patchFile: a.patchPath, breaks: a.breaks })),
+    ...(task.hidden.hollowPatch ? [{ task: task.id, kind: "hollow" as const, name: "hollow", patchFile: task.hidden.hollowPatch }] : []),
+    { task: task.id, kind: "empty", name: "empty", patchFile: emptyPatch },
+  ];
+}
+
+export interface RunDemoOptions {
+  tasksRoot?: string;
+  outDir: string;
+  calibrationDir?: string;
+  sandboxFactory: SandboxFactory;
+  combine?: boolean;
+  /** Test hook: whether the machine has a GPU (default: /dev/nvidia*). */
+  hasGpu?: boolean;
+  onProgress?: (msg: string) => void;
+}
+
+function promisesOf(cal: Calibration): Record<string, string> {
+  return Object.fromEntries(cal.cases.filter((c) => c.probe).map((c) => [c.id, c.probe!.promise]));
+}
+
+export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
+  const tasksRoot = opts.tasksRoot ?? bundledTasksDir();
+  const say = (msg: string) => opts.onProgress?.(msg);
+  const rows: DemoRow[] = [];
+  const notRunnable: DemoReport["notRunnable"] = [];
+  mkdirSync(opts.outDir, { recursive: true });
+  const emptyPatch = join(opts.outDir, "empty.patch");
+  writeFileSync(emptyPatch, "");
+  const fingerprints = new Map<string, Awaited<ReturnType<typeof hardwareFingerprint>>>();
+  for (const id of listTaskIds(tasksRoot)) {
+    const task = loadGraderTask(id, tasksRoot);
+    const runnable = taskRunnableHere(task.spec, opts.hasGpu === undefined ? {} : { hasGpu: opts.hasGpu });
+    if (!runnable.runnable) {
+      notRunnable.push({ task: id, reason: runnable.reason ?? "not runnable here" });
+      say(`${id}: not runnable here: ${runnable.reason}`);
+      continue;
+    }
+    const python = task.fullSpec.env.python;
+    if (!fingerprints.has(python)) fingerprints.set(python, await hardwareFingerprint(python));
+    const fingerprint = fingerprints.get(python)!;
+    const taskHash = taskContentHash(task.taskDir);
+    const handle = await calibrate({
+      task,
+      cacheDir: opts.calibrationDir,
+      sandboxFactory: opts.sandboxFactory,
+      fingerprint,
+      taskHash,
+      combine: opts.combine,
+      onProgress: say,
+    });
+    say(`${id}: gold calibration ${handle.cached ? "cached" : "done"}: ${handle.calibration.cases.length} cases, ${handle.calibration.flaky.length} flaky (${handle.file})`);
+    const subs = demoSubmissions(task, emptyPatch);
+    for (const [i, sub] of subs.entries()) {
+      const tag = `[${id} ${i + 1}/${subs.length}] ${sub.name}`;
+      const out = await gradeSubmission({
+        task,
+        patchFile: sub.patchFile,
+        outDir: opts.outDir,
+        sandboxFactory: opts.sandboxFactory,
+        calibration: handle.calibration,
+        fingerprint,
+        taskHash,
+        combine: opts.combine,
+        onProgress: (m) => say(`${tag}: ${m}`),
+      });
+      say(`${tag}: ${out.result.status}, Set A ${yesNo(out.result.official.resolved)}, Set B ${yesNo(out.result.with_probes.resolved)}`);
+      rows.push({ ...sub, result: out.result, promises: promisesOf(handle.calibration) });
+    }
+  }
+  return { rows, notRunnable };
+}
+
+function yesNo(b: boolean | null): string {
+  return b === null ? "n/a" : b ? "yes" : "no";
+}
+
+/** Labels of one result, counted: `numerical×3 [averaged-gradients]`, most frequent first. */
+export function labelSummary(result: GradeResult, promises: Record<string, string> = {}): string {
+  const counts = new Map<FailureLabel, { n: number; promises: Set<string> }>();
+  for (const c of result.cases) {
+    if (!c.label) continue;
+    const e = counts.get(c.label) ?? { n: 0, promises: new Set<string>() };
+    e.n++;
+    if (promises[c.id]) e.promises.add(promises[c.id]!);
+    counts.set(c.label, e);
+  }
+  return [...counts.entries()]
+    .sort((a, b) => b[1].n - a[1].n || a[0].localeCompare(b[0]))
+    .map(([label, e]) => `${label}×${e.n}${e.promises.size ? ` [${[...e.promises].sort().join(", ")}]` : ""}`)
+    .join("; ");
+}
+
+function resolvedCell(s: { resolved: boolean | null; resolved_strict: boolean | null }): string {
+  if (s.resolved === null) return "n/a";
+  return s.resolved === s.resolved_strict ? yesNo(s.resolved) : `${yesNo(s.resolved)} (strict ${yesNo(s.resolved_strict)})`;
+}
+
+function pct(x: number | null): string {
+  return x === null ? "n/a" : x.toFixed(3);
+}
+
+export const DEMO_HEADER = ["submission", "Set A resolved", "Set B resolved", "s_p A", "s_p B", "failure labels (gold passes, submission fails)"];
+
+/** The demo table's rows (pure; the CLI aligns them). */
+export function demoTableRows(report: DemoReport): string[][] {
+  const rows = report.rows.map((r) => {
+    const res = r.result;
+    const labels = res.status === "graded" ? labelSummary(res, r.promises) || "—" : `— (${res.status}${res.reason ? `: ${res.reason}` : ""})`;
+    return [`${r.task}:${r.name}`, resolvedCell(res.official), resolvedCell(res.with_probes), pct(res.official.score), pct(res.with_probes.score), labels];
+  });
+  for (const n of report.notRunnable) rows.push([`${n.task} (all)`, "—", "—", "—", "—", `not run here: ${n.reason}`]);
+  return rows;
+}
+
+/**
+ * What the demo must show; each broken expectation is one line. Golden resolved in A and B; every
+ * adversarial patch resolved in A and not in B, caught by a probe of a promise it declares to
+ * break; hollow and empty not resolved; empty scores exactly 0.
+ */
+export function demoExpectationFailures(report: DemoReport): string[] {
+  const out: string[] = [];
+  for (const r of report.rows) {
+    const res = r.result;
+    const who = `${r.task}:${r.name}`;
+    if (res.status === "harness_fault") {
+      out.push(`${who}: harness fault: ${res.reason}`);
+      continue;
+    }
+    if (r.kind === "golden" && !(res.official.resolved_strict && res.with_probes.resolved_strict)) out.push(`${who}: gold is not resolved (strict) in Set A and Set B`);
+    if (r.kind === "adversarial") {
+      if (!res.official.resolved) out.push(`${who}: not resolved in Set A (an adversarial patch must pass the official tests)`);
+      if (res.with_probes.resolved) out.push(`${who}: resolved in Set B (no probe caught it)`);
+      const caught = new Set(res.cases.filter((c) => c.label && c.suite === "probe").map((c) => r.promises[c.id]).filter(Boolean));
+      if (r.breaks && !r.breaks.some((p) => caught.has(p))) out.push(`${who}: no failing probe of the promises it breaks (${r.breaks.join(", ")}); caught: ${[...caught].join(", ") || "none"}`);
+    }
+    if ((r.kind === "hollow" || r.kind === "empty") && (res.official.resolved || res.with_probes.resolved)) out.push(`${who}: resolved, but must not be`);
+    if (r.kind === "empty" && (res.score !== 0 || res.official.score !== 0)) out.push(`${who}: scores ${res.score}, not exactly 0`);
+  }
+  return out;
+}
+
+/** `--json`: one `{ submission, result }` per graded submission, plus tasks that could not run. */
+export function demoJson(report: DemoReport): DemoEntry[] {
+  return [
+    ...report.rows.map((r) => ({ submission: `${r.task}:${r.name}`, result: r.result })),
+    ...report.notRunnable.map((n) => ({ submission: n.task, result: null, not_runnable: n.reason })),
+  ];
+}

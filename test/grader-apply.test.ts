@@ -1,0 +1,212 @@
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { stringify } from "yaml";
+import { applyPatch, changedPaths } from "../grader/apply.js";
+import { gradeSubmission } from "../grader/grade.js";
+import { checkPatch } from "../grader/patch-check.js";
+import type { Calibration } from "../grader/types.js";
+import { freshWorkspace, installGradingTests, removeWorkspace, type GradingWorkspace } from "../grader/workspace.js";
+import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
+
+const FIXTURES = join(import.meta.dirname, "fixtures", "grader", "tasks");
+const check = (text: string | Buffer) => checkPatch(typeof text === "string" ? Buffer.from(text) : text);
+const newFile = (path: string, body = "x\n", mode = "100644") =>
+  `diff --git a/${path} b/${path}\nnew file mode ${mode}\n--- /dev/null\n+++ b/${path}\n@@ -0,0 +1 @@\n+${body}`;
+
+let scratch: string;
+let task: GraderTask;
+beforeAll(() => {
+  scratch = mkdtempSync(join(tmpdir(), "infradev-grader-apply-"));
+  task = loadGraderTask("tiny-mean", FIXTURES);
+});
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+function patchFile(name: string, content: string | Buffer): string {
+  const p = join(scratch, name);
+  writeFileSync(p, content);
+  return p;
+}
+
+describe("patch pre-check (pure)", () => {
+  it("accepts an ordinary diff and lists its paths", () => {
+    const r = check(readFileSync(task.hidden.goldenPatch));
+    expect(r).toEqual({ ok: true, paths: ["tests/test_ops.py", "tinyinfra/ops.py"] });
+  });
+
+  it("refuses paths outside the repo, into .git, symlinks and submodules", () => {
+    const refused: Array<[string, RegExp]> = [
+      [newFile("../escape.py"), /climbs out of the repo/],
+      [newFile("a/../../escape.py"), /climbs out/],
+      [`--- /dev/null\n+++ /etc/cron.d/x\n@@ -0,0 +1 @@\n+x\n`, /absolute path/],
+      [`--- a//etc/passwd\n+++ b//etc/passwd\n@@ -1 +1 @@\n-x\n+y\n`, /absolute path/],
+      [newFile(".git/hooks/post-checkout"), /\.git folder/],
+      [newFile("sub/.GIT/config"), /\.git folder/],
+      [newFile("link", "/etc", "120000"), /symlink/],
+      [`diff --git a/m b/m\nold mode 100644\nnew mode 120000\n`, /symlink/],
+      [`diff --git a/l b/l\nindex 1111111..2222222 120000\n--- a/l\n+++ b/l\n@@ -1 +1 @@\n-a\n+b\n`, /symlink's target/],
+      [newFile("vendor/x", "x", "160000"), /submodule/],
+      [`diff --git a/x.py b/x.py\nrename from x.py\nrename to ../x.py\n`, /climbs out/],
+      [`diff --git "a/\\056\\056/q" "b/\\056\\056/q"\n`, /climbs out/],
+      [`Index: ../../etc/passwd\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n`, /climbs out/],
+    ];
+    for (const [text, why] of refused) {
+      const r = check(text);
+      expect(r.ok, text).toBe(false);
+      if (!r.ok) expect(r.reason).toMatch(why);
+    }
+  });
+
+  it("refuses binary files and text that is not a diff, with a clear reason", () => {
+    const bin = Buffer.from([0x7f, 0x45, 0x4c, 0x46, 0x00, 0x01, 0xff, 0xfe]);
+    expect(check(bin)).toEqual({ ok: false, reason: "patch file is binary (NUL bytes or not UTF-8), not a text diff" });
+    expect(check(Buffer.from([0xc3, 0x28, 0x41]))).toMatchObject({ ok: false, reason: expect.stringMatching(/binary/) });
+    expect(check("I fixed the bug, trust me.\n")).toEqual({ ok: false, reason: "not a patch: no file headers (`diff --git` or `---`/`+++`) found" });
+  });
+
+  it("does not read a removed line that starts with '-- ' inside a hunk as a header", () => {
+    const sql = `--- a/q.sql\n+++ b/q.sql\n@@ -1,2 +1,1 @@\n--- ../../etc/passwd\n select 1;\n`;
+    expect(check(sql)).toEqual({ ok: true, paths: ["q.sql"] });
+  });
+});
+
+describe("applyPatch (real git, real patch)", () => {
+  let ws: GradingWorkspace;
+  const fresh = async () => {
+    if (ws) removeWorkspace(ws);
+    ws = await freshWorkspace(task);
+    return ws;
+  };
+  afterAll(() => ws && removeWorkspace(ws));
+
+  it("applies with git apply and records the method", async () => {
+    const w = await fresh();
+    const r = await applyPatch(w.repoDir, task.hidden.goldenPatch, w.baseCommit);
+    expect(r).toMatchObject({ applied: true, method: "git_apply" });
+    expect(readFileSync(join(w.repoDir, "tinyinfra/ops.py"), "utf8")).toContain("def all_mean");
+  });
+
+  it("falls back to git apply --3way, then to patch --fuzz, resetting in between", async () => {
+    let w = await fresh();
+    const ops = readFileSync(join(w.repoDir, "tinyinfra/ops.py"), "utf8").split("\n");
+    // A preimage that differs from base in a context line (blob known to git) → only --3way applies it.
+    const v0 = [...ops];
+    v0[3] = "# v0";
+    const v1 = [...v0];
+    v1[0] = "import torch  # patched";
+    const blob = (text: string) => execFileSync("git", ["hash-object", "-w", "--stdin"], { cwd: w.repoDir, input: text }).toString().trim();
+    const threeWay = `diff --git a/tinyinfra/ops.py b/tinyinfra/ops.py\nindex ${blob(v0.join("\n"))}..${blob(v1.join("\n"))} 100644\n--- a/tinyinfra/ops.py\n+++ b/tinyinfra/ops.py\n@@ -1,4 +1,4 @@\n-${v0[0]}\n+${v1[0]}\n ${v0[1]}\n ${v0[2]}\n ${v0[3]}\n`;
+    const r3 = await applyPatch(w.repoDir, patchFile("3way.patch", threeWay), w.baseCommit);
+    expect(r3).toMatchObject({ applied: true, method: "git_apply_3way" });
+    expect(readFileSync(join(w.repoDir, "tinyinfra/ops.py"), "utf8").split("\n")[0]).toBe("import torch  # patched");
+
+    w = await fresh();
+    // No blob ids and a context line that is slightly off: only patch's fuzz takes it.
+    const fuzzy = readFileSync(task.hidden.goldenPatch, "utf8")
+      .split(/(?=^diff --git )/m)
+      .find((s) => s.includes("tinyinfra/ops.py"))!
+      .replace(/^index .*\n/m, "")
+      .replace("\n     out = t.clone()\n", "\n     out = t.clone()  # drifted\n");
+    const rf = await applyPatch(w.repoDir, patchFile("fuzzy.patch", fuzzy), w.baseCommit);
+    expect(rf).toMatchObject({ applied: true, method: "patch_fuzz" });
+    expect(readFileSync(join(w.repoDir, "tinyinfra/ops.py"), "utf8")).toContain("def all_mean");
+    expect(existsSync(join(w.repoDir, "tinyinfra/ops.py.orig"))).toBe(false);
+  });
+
+  it("a patch that applies with none of the three is inapplicable and leaves base untouched (never in part)", async () => {
+    const w = await fresh();
+    const golden = readFileSync(task.hidden.goldenPatch, "utf8");
+    // The first file applies, the second cannot: nothing at all may remain.
+    const half = `${golden}diff --git a/tinyinfra/__init__.py b/tinyinfra/__init__.py\n--- a/tinyinfra/__init__.py\n+++ b/tinyinfra/__init__.py\n@@ -5,3 +5,3 @@\n-no such line\n-at all\n-here\n+x\n+y\n+z\n`;
+    const r = await applyPatch(w.repoDir, patchFile("half.patch", half), w.baseCommit);
+    expect(r.applied).toBe(false);
+    if (!r.applied) expect(r.reason).toMatch(/does not apply to the base with git apply, git apply --3way or patch --fuzz/);
+    expect(await changedPaths(w.repoDir)).toEqual([]);
+  });
+
+  it("refuses a patch that plants a symlink and writes through it, and one that writes through a link already in the repo", async () => {
+    let w = await fresh();
+    const outside = join(scratch, "outside");
+    mkdirSync(outside, { recursive: true });
+    const plant = `${newFile("innocent", outside, "120000")}\n${newFile("innocent/pwned.txt")}`;
+    const r = await applyPatch(w.repoDir, patchFile("plant.patch", plant), w.baseCommit);
+    expect(r).toMatchObject({ applied: false, reason: expect.stringMatching(/^inapplicable: .*symlink/) });
+    expect(existsSync(join(outside, "pwned.txt"))).toBe(false);
+
+    // A task whose base already holds a link to outside the repo.
+    const tasks = join(scratch, "tasks");
+    const t = join(tasks, "linky");
+    mkdirSync(join(t, "repo"), { recursive: true });
+    mkdirSync(join(t, "hidden", "tests", "tests"), { recursive: true });
+    mkdirSync(join(t, "hidden", "probes"), { recursive: true });
+    writeFileSync(join(t, "hidden", "golden.patch"), "");
+    writeFileSync(join(t, "prompt.md"), "p\n");
+    writeFileSync(join(t, "task.yaml"), stringify({ schema_version: 1, id: "linky", title: "t", category: "rl", type: "bugfix", source: { kind: "dir", path: "repo" }, test_dirs: ["tests"], ranks: 1, timeout_sec: 5 }));
+    symlinkSync(outside, join(t, "repo", "out"));
+    const linky = loadGraderTask("linky", tasks);
+    removeWorkspace(ws);
+    ws = w = await freshWorkspace(linky);
+    const through = await applyPatch(w.repoDir, patchFile("through.patch", newFile("out/pwned.txt")), w.baseCommit);
+    expect(through).toMatchObject({ applied: false, reason: 'inapplicable: "out/pwned.txt" would be written through the symlink "out" in the repo' });
+    expect(existsSync(join(outside, "pwned.txt"))).toBe(false);
+  });
+
+  it("reverts the submission's edits under the test dirs before the post-PR tests and probes go in", async () => {
+    const w = await fresh();
+    const edit = `${newFile("tests/test_extra.py", "def test_always(): pass")}\n${newFile("infradev_probes/conftest.py", "raise SystemExit")}\ndiff --git a/tests/test_ops.py b/tests/test_ops.py\n--- a/tests/test_ops.py\n+++ b/tests/test_ops.py\n@@ -1,3 +1,3 @@\n-import torch\n+import torch  # edited\n import torch.distributed as dist\n \n`;
+    const r = await applyPatch(w.repoDir, patchFile("tests.patch", edit), w.baseCommit);
+    expect(r.applied).toBe(true);
+    const install = await installGradingTests(task, w);
+    expect(install.reverted.sort()).toEqual(["tests/test_extra.py", "tests/test_ops.py"]);
+    expect(existsSync(join(w.repoDir, "tests/test_extra.py"))).toBe(false);
+    expect(readFileSync(join(w.repoDir, "tests/test_ops.py"), "utf8")).toBe(readFileSync(join(task.hidden.testsDir, "tests/test_ops.py"), "utf8"));
+    expect(readFileSync(join(w.repoDir, "infradev_probes/conftest.py"), "utf8")).toBe(readFileSync(join(task.hidden.probesDir, "conftest.py"), "utf8"));
+  });
+});
+
+describe("inapplicable submissions score 0 / N_p with the reason", () => {
+  // A hand-made calibration: these submissions never reach a rank, so no gold run is needed.
+  const calibration: Calibration = {
+    format: 1,
+    task_id: "tiny-mean",
+    task_hash: "h",
+    fingerprint: { cpu_model: "test", cpu_count: 1, gpus: [], torch: "x", platform: "linux" },
+    fingerprint_hash: "f",
+    runs: 3,
+    cases: [
+      { id: "tests/test_ops.py::test_all_sum", suite: "official", outcomes: ["passed", "passed", "passed"] },
+      { id: "infradev_probes/test_probe_mean.py::test_mean_is_the_average", suite: "probe", outcomes: ["passed", "passed", "passed"] },
+    ],
+    flaky: [],
+    created_at: "2026-01-01T00:00:00Z",
+    duration_s: 1,
+  };
+  const grade = (patch: string | null) =>
+    gradeSubmission({
+      task,
+      patchFile: patch,
+      outDir: join(scratch, "out"),
+      calibration,
+      sandboxFactory: () => Promise.reject(new Error("no sandbox may start for these")),
+    });
+
+  it.each([
+    ["dotdot", newFile("../escape.py"), /climbs out of the repo/],
+    ["dotgit", newFile(".git/hooks/pre-commit"), /\.git folder/],
+    ["symlink", `${newFile("l", "/tmp", "120000")}\n${newFile("l/x")}`, /symlink/],
+    ["garbage", "lorem ipsum\n", /not a patch/],
+    ["binary", Buffer.from([0, 1, 2, 3, 255]), /binary/],
+  ])("%s", async (_name, content, why) => {
+    const { result } = await grade(patchFile(`${_name}.patch`, content));
+    expect(result).toMatchObject({ status: "inapplicable", patch_applied: false, apply_method: null, n_cases: 2, passed: 0, score: 0, resolved: false, resolved_strict: false });
+    expect(result.reason).toMatch(why);
+    expect(result.official.score).toBe(0);
+  });
+
+  it("empty and missing patches", async () => {
+    expect((await grade(patchFile("empty.patch", "\n  \n"))).result).toMatchObject({ status: "empty_patch", score: 0, n_cases: 2 });
+    expect((await grade(join(scratch, "nope.patch"))).result).toMatchObject({ status: "missing_patch", score: 0, reason: expect.stringMatching(/does not exist/) });
+  });
+});

@@ -1,0 +1,166 @@
+import { describe, expect, it } from "vitest";
+import { combineRuns } from "../grader/calibrate.js";
+import { demoExpectationFailures, labelSummary, type DemoReport } from "../grader/demo.js";
+import { exceptionType, labelFailure } from "../grader/labels.js";
+import { flakyIds, goldView, scoreSet, scoreSubmission } from "../grader/score.js";
+import type { CaseRecord, GoldCase, GradeResult } from "../grader/types.js";
+
+const rec = (id: string, outcome: CaseRecord["outcome"], extra: Partial<CaseRecord> = {}): CaseRecord => ({
+  id,
+  suite: id.startsWith("infradev_probes/") ? "probe" : "official",
+  outcome,
+  time_s: 0,
+  ...extra,
+});
+const gold = (id: string, ...outcomes: GoldCase["outcomes"]): GoldCase => ({ id, suite: id.startsWith("infradev_probes/") ? "probe" : "official", outcomes });
+
+// Gold: a, b pass; c fails; d is skipped; p (probe) passes. N_p counts all five.
+const cal = {
+  cases: [
+    gold("t.py::a", "passed", "passed", "passed"),
+    gold("t.py::b", "passed", "passed", "passed"),
+    gold("t.py::c", "failed", "failed", "failed"),
+    gold("t.py::d", "skipped", "skipped", "skipped"),
+    { ...gold("infradev_probes/p.py::p", "passed", "passed", "passed"), probe: { promise: "avg", kind: "numerical" } },
+  ],
+};
+const byId = (cases: CaseRecord[]) => new Map(cases.map((c) => [c.id, c]));
+
+describe("scoring (pure)", () => {
+  it("N_p counts every case gold collected, including the ones gold fails or skips", () => {
+    const s = scoreSet(goldView(cal), byId([rec("t.py::a", "passed")]));
+    expect(s.n_cases).toBe(5);
+    expect(s.passed).toBe(1);
+    expect(s.score).toBeCloseTo(1 / 5);
+  });
+
+  it("paper rule: passed ≥ gold's passed; strict: every case gold passes passes too", () => {
+    const g = goldView(cal);
+    // Fails b (gold passes it) but passes c (gold fails it): same count as gold, not strict.
+    const swap = scoreSet(g, byId([rec("t.py::a", "passed"), rec("t.py::b", "failed"), rec("t.py::c", "passed"), rec("infradev_probes/p.py::p", "passed")]));
+    expect(swap).toMatchObject({ passed: 3, resolved: true, resolved_strict: false });
+    const exact = scoreSet(g, byId([rec("t.py::a", "passed"), rec("t.py::b", "passed"), rec("t.py::c", "failed"), rec("infradev_probes/p.py::p", "passed")]));
+    expect(exact).toMatchObject({ passed: 3, score: 3 / 5, resolved: true, resolved_strict: true });
+    const less = scoreSet(g, byId([rec("t.py::a", "passed"), rec("infradev_probes/p.py::p", "passed")]));
+    expect(less).toMatchObject({ passed: 2, resolved: false, resolved_strict: false });
+  });
+
+  it("Set A is the official cases only; the top level repeats Set B", () => {
+    const r = scoreSubmission(goldView(cal), {
+      task_id: "t",
+      status: "graded",
+      apply_method: "git_apply",
+      cases: [rec("t.py::a", "passed"), rec("t.py::b", "passed"), rec("infradev_probes/p.py::p", "failed", { probe: { promise: "avg", kind: "numerical" } })],
+    });
+    expect(r.official).toEqual({ n_cases: 4, passed: 2, score: 0.5, resolved: true, resolved_strict: true });
+    expect(r.with_probes).toEqual({ n_cases: 5, passed: 2, score: 0.4, resolved: false, resolved_strict: false });
+    expect([r.n_cases, r.passed, r.score, r.resolved, r.resolved_strict]).toEqual([5, 2, 0.4, false, false]);
+    expect(r.cases.find((c) => c.id === "infradev_probes/p.py::p")).toEqual({ id: "infradev_probes/p.py::p", suite: "probe", outcome: "failed", label: "numerical" });
+    // Only cases gold passes get a label.
+    expect(r.cases.find((c) => c.id === "t.py::c")!.label).toBeUndefined();
+  });
+
+  it("an empty, missing or inapplicable patch scores exactly 0 / N_p and is never resolved, even when gold passes nothing", () => {
+    for (const status of ["empty_patch", "missing_patch", "inapplicable"] as const) {
+      const r = scoreSubmission(goldView(cal), { task_id: "t", status, apply_method: null, reason: "why" });
+      expect(r).toMatchObject({ status, patch_applied: false, n_cases: 5, passed: 0, score: 0, resolved: false, resolved_strict: false, reason: "why" });
+      expect(r.official).toEqual({ n_cases: 4, passed: 0, score: 0, resolved: false, resolved_strict: false });
+      expect(r.cases.every((c) => c.outcome === "not_run")).toBe(true);
+    }
+    const nothing = goldView({ cases: [gold("x::y", "failed", "failed", "failed")] });
+    expect(scoreSubmission(nothing, { task_id: "t", status: "empty_patch", apply_method: null }).resolved).toBe(false);
+  });
+
+  it("a harness fault is not scored at all (nulls), never a 0", () => {
+    const r = scoreSubmission(goldView(cal), { task_id: "t", status: "harness_fault", apply_method: "git_apply", reason: "bwrap missing" });
+    expect(r).toMatchObject({ status: "harness_fault", n_cases: 5, passed: null, score: null, resolved: null, resolved_strict: null, patch_applied: true });
+  });
+
+  it("flaky gold cases: kept in N_p, reported, not required for strict, credited when passed", () => {
+    const flakyCal = { cases: [gold("a", "passed", "passed", "passed"), gold("f", "passed", "failed", "passed"), gold("n", "passed", "not_collected", "passed")] };
+    expect(flakyIds(flakyCal.cases)).toEqual(["f", "n"]);
+    const g = goldView(flakyCal);
+    expect(g.map((x) => x.required)).toEqual([true, false, false]);
+    expect(scoreSet(g, byId([rec("a", "passed"), rec("f", "failed")]))).toMatchObject({ n_cases: 3, passed: 1, resolved: true, resolved_strict: true });
+    expect(scoreSet(g, byId([rec("a", "passed"), rec("f", "passed")]))).toMatchObject({ passed: 2, score: 2 / 3 });
+  });
+
+  it("combineRuns keeps every id any run collected, with one outcome per run", () => {
+    const cases = combineRuns([[rec("a", "passed"), rec("b", "failed")], [rec("a", "passed")], [rec("a", "error"), rec("c", "passed")]]);
+    expect(cases.map((c) => [c.id, c.outcomes])).toEqual([
+      ["a", ["passed", "passed", "error"]],
+      ["b", ["failed", "not_collected", "not_collected"]],
+      ["c", ["not_collected", "not_collected", "passed"]],
+    ]);
+  });
+});
+
+describe("failure labels (pure)", () => {
+  it("reads the exception type from pytest's message or the traceback's E lines", () => {
+    expect(exceptionType("AttributeError: 'DataParallel' object has no attribute 'buckets'")).toBe("AttributeError");
+    expect(exceptionType("assert 3 == 4")).toBeUndefined();
+    expect(exceptionType("", "def f():\n>   x()\nE   torch.distributed.DistBackendError: boom\n")).toBe("DistBackendError");
+    expect(exceptionType('failed on setup with "ModuleNotFoundError: No module named \'x\'"')).toBe("ModuleNotFoundError");
+  });
+
+  it("maps structural causes first, then the probe's declared kind", () => {
+    const f = (extra: Partial<CaseRecord>, kind?: string) => labelFailure("t.py::x", rec("t.py::x", "failed", extra), [], kind);
+    expect(f({ reason: "hang", outcome: "error" })).toBe("structural:hang");
+    expect(f({ reason: "crash", outcome: "error" })).toBe("structural:crash");
+    expect(f({ error_type: "ImportError" })).toBe("structural:import");
+    expect(f({ error_type: "AttributeError" }, "numerical")).toBe("structural:attribute");
+    expect(f({ error_type: "TypeError", message: "TypeError: __init__() got an unexpected keyword argument 'bucket_cap_mb'" })).toBe("structural:signature");
+    expect(f({ error_type: "TypeError", message: "TypeError: unsupported operand type(s)" })).toBe("error");
+    expect(f({ error_type: "NotImplementedError" }, "resource")).toBe("structural:not-implemented");
+    expect(f({ error_type: "AssertionError" }, "resource")).toBe("behavioral-resource");
+    expect(f({}, "condition")).toBe("behavioral-condition");
+    expect(f({}, "state")).toBe("state");
+    expect(f({}, "numerical")).toBe("numerical");
+    expect(f({ message: "Tensor-likes are not close!" })).toBe("numerical");
+    expect(f({})).toBe("assertion");
+    expect(f({ outcome: "error", error_type: "RuntimeError" })).toBe("error");
+    expect(f({ outcome: "skipped" })).toBe("skipped");
+  });
+
+  it("labels a case the submission did not collect from the collection error of its file or conftest", () => {
+    const errs = [{ path: "tests/test_b.py", error_type: "ImportError", message: "cannot import name 'Bucket'" }];
+    expect(labelFailure("tests/test_b.py::t", undefined, errs)).toBe("structural:import");
+    expect(labelFailure("tests/test_c.py::t", undefined, errs)).toBe("structural:collection");
+    expect(labelFailure("tests/sub/test_c.py::t", undefined, [{ path: "tests/conftest.py", error_type: "AttributeError", message: "" }])).toBe("structural:attribute");
+  });
+});
+
+describe("demo expectations (pure)", () => {
+  const result = (resolvedA: boolean, resolvedB: boolean, score: number, labels: GradeResult["cases"] = []): GradeResult => ({
+    task_id: "t",
+    status: "graded",
+    patch_applied: true,
+    apply_method: "git_apply",
+    n_cases: 2,
+    passed: 1,
+    score,
+    resolved: resolvedB,
+    resolved_strict: resolvedB,
+    official: { n_cases: 1, passed: 1, score, resolved: resolvedA, resolved_strict: resolvedA },
+    with_probes: { n_cases: 2, passed: 1, score, resolved: resolvedB, resolved_strict: resolvedB },
+    cases: labels,
+  });
+  it("accepts the InfraDev picture and names each broken expectation", () => {
+    const probe = { id: "infradev_probes/p.py::p", suite: "probe" as const, outcome: "failed" as const, label: "numerical" as const };
+    const promises = { "infradev_probes/p.py::p": "avg" };
+    const ok: DemoReport = {
+      notRunnable: [],
+      rows: [
+        { task: "t", kind: "golden", name: "golden", patchFile: "g", result: result(true, true, 1), promises },
+        { task: "t", kind: "adversarial", name: "adversarial/x", patchFile: "x", breaks: ["avg"], result: result(true, false, 0.5, [probe]), promises },
+      ],
+    };
+    expect(demoExpectationFailures(ok)).toEqual([]);
+    expect(labelSummary(ok.rows[1]!.result, promises)).toBe("numerical×1 [avg]");
+    const bad: DemoReport = { notRunnable: [], rows: [{ ...ok.rows[1]!, breaks: ["other"], result: result(true, true, 1) }] };
+    expect(demoExpectationFailures(bad)).toEqual([
+      "t:adversarial/x: resolved in Set B (no probe caught it)",
+      "t:adversarial/x: no failing probe of the promises it breaks (other); caught: none",
+    ]);
+  });
+});
