@@ -1,0 +1,219 @@
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { codexConfig, opencodeConfig, toolTimeoutSec } from "../cli/connect.js";
+import { defaultSkillsRoot, installSkill } from "../cli/skill.js";
+import { pythonHelpersDir } from "../lib/paths.js";
+import { loadSkill } from "../server/skill.js";
+import { parseCollectOutput } from "../tools/support/collect-parse.js";
+import { measurementFromCommand, ratios } from "../tools/support/measure-aggregate.js";
+import { checkTestPath, hostToSandboxPath, resolveInside } from "../tools/support/sandbox-paths.js";
+import { parseNumstat } from "../tools/support/workspace-diff.js";
+import { interfaceContract } from "../tools/support/workflow.js";
+import { PYTHON } from "./mcp-helpers.js";
+
+const tmp = mkdtempSync(join(tmpdir(), "infradev-mcp-units-"));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+describe("parseCollectOutput", () => {
+  it("counts node ids and reads the summary", () => {
+    const out = "tests/test_a.py::test_one\ntests/test_a.py::test_two[x-1]\n\n2 tests collected in 0.09s\n";
+    expect(parseCollectOutput(out)).toEqual({ collected: 2, nodeIds: ["tests/test_a.py::test_one", "tests/test_a.py::test_two[x-1]"], errors: [], summary: "2 tests collected in 0.09s" });
+  });
+
+  it("names the file and the error of each collection error", () => {
+    const out = [
+      "tests/test_ok.py::test_fine",
+      "",
+      "==================================== ERRORS ====================================",
+      "______________________ ERROR collecting tests/test_bad.py ______________________",
+      "ImportError while importing test module '/w/tests/test_bad.py'.",
+      "Traceback:",
+      "tests/test_bad.py:1: in <module>",
+      "    import nope",
+      "E   ModuleNotFoundError: No module named 'nope'",
+      "______________________ ERROR collecting tests/test_syn.py ______________________",
+      "/usr/lib/python3.11/ast.py:50: in parse",
+      'E     File "/w/tests/test_syn.py", line 1',
+      "E       def test_x(:",
+      "E                  ^",
+      "E   SyntaxError: invalid syntax",
+      "=========================== short test summary info ============================",
+      "ERROR tests/test_bad.py",
+      "ERROR tests/test_syn.py",
+      "!!!!!!!!!!!!!!!!!!! Interrupted: 2 errors during collection !!!!!!!!!!!!!!!!!!!!",
+      "1 test collected, 2 errors in 0.32s",
+    ].join("\n");
+    const r = parseCollectOutput(out);
+    expect(r.collected).toBe(1);
+    expect(r.nodeIds).toEqual(["tests/test_ok.py::test_fine"]);
+    expect(r.errors).toEqual([
+      { file: "tests/test_bad.py", message: "ModuleNotFoundError: No module named 'nope'" },
+      { file: "tests/test_syn.py", message: "SyntaxError: invalid syntax (/w/tests/test_syn.py, line 1)" },
+    ]);
+  });
+
+  it("reports a path pytest cannot find", () => {
+    const r = parseCollectOutput("\nno tests collected in 0.00s\n", "ERROR: file or directory not found: tests/nothere.py\n");
+    expect(r.collected).toBe(0);
+    expect(r.errors).toEqual([{ file: "tests/nothere.py", message: "file or directory not found" }]);
+  });
+});
+
+describe("sandbox paths", () => {
+  it("keeps relative paths inside the workspace and refuses escapes", () => {
+    expect(resolveInside("tests", "/workspace")).toEqual({ ok: true, path: "/workspace/tests", relative: "tests" });
+    expect(resolveInside(".", "/workspace")).toMatchObject({ ok: true, path: "/workspace" });
+    expect(resolveInside("../etc", "/workspace").ok).toBe(false);
+    expect(resolveInside("/etc", "/workspace").ok).toBe(false);
+    expect(resolveInside("a\0b", "/workspace").ok).toBe(false);
+    expect(resolveInside("/base/x", "/workspace", ["/workspace", "/base"])).toMatchObject({ ok: true, path: "/base/x" });
+  });
+
+  it("refuses pytest options passed as test paths", () => {
+    expect(checkTestPath("--rootdir=/", "/workspace").ok).toBe(false);
+    expect(checkTestPath("-p", "/workspace").ok).toBe(false);
+    expect(checkTestPath("tests/test_a.py::test_b[1-2]", "/workspace")).toMatchObject({ ok: true });
+    expect(checkTestPath("../x.py::t", "/workspace").ok).toBe(false);
+  });
+
+  it("maps host log paths into the sandbox view", () => {
+    expect(hostToSandboxPath("/runs/r1/workspace/.infradev/logs/a.log", "/runs/r1/workspace", "/workspace")).toBe("/workspace/.infradev/logs/a.log");
+    expect(hostToSandboxPath("/elsewhere/a.log", "/runs/r1/workspace", "/workspace")).toBeNull();
+  });
+});
+
+describe("small pure helpers", () => {
+  it("extracts the interface contract section, fences included", () => {
+    const prompt = "# T\n\nintro\n\n## Interface contract\n\n```python\n# not a heading\nclass A: ...\n```\n\n### Config\nx\n\n## Definition of done\ny\n";
+    expect(interfaceContract(prompt)).toBe("## Interface contract\n\n```python\n# not a heading\nclass A: ...\n```\n\n### Config\nx");
+    expect(interfaceContract("# nothing here")).toBeNull();
+  });
+
+  it("parses git numstat, binary files included", () => {
+    expect(parseNumstat("3\t1\ta.py\n-\t-\timg.png\n")).toEqual([
+      { path: "a.py", added: 3, removed: 1 },
+      { path: "img.png", added: null, removed: null },
+    ]);
+  });
+
+  it("computes after/before ratios on the max over ranks", () => {
+    const rank = (r: number, calls: number, bytes: number) => ({
+      rank: r, exit_code: 0, wall_time_s: 1, peak_memory_bytes: 100, memory_kind: "host_rss",
+      calls: { all_reduce: calls }, bytes: { all_reduce: bytes }, processes: 1, log_tail: "", probe_errors: [],
+    });
+    const after = measurementFromCommand("workspace", { ranks: [rank(0, 2, 800), rank(1, 2, 800)], timed_out: false });
+    const before = measurementFromCommand("base", { ranks: [rank(0, 6, 800), rank(1, 6, 800)], timed_out: false });
+    const rows = ratios(after, before);
+    expect(rows.find((r) => r.metric === "calls.all_reduce")).toEqual({ metric: "calls.all_reduce", after: 2, before: 6, ratio: 2 / 6 });
+    expect(rows.find((r) => r.metric === "bytes.all_reduce")?.ratio).toBe(1);
+    expect(after.ok).toBe(true);
+    const failed = measurementFromCommand("workspace", { ranks: [{ ...rank(0, 0, 0), exit_code: 1, log_tail: "Traceback...\nValueError: boom\n" }], timed_out: false });
+    expect(failed.ok).toBe(false);
+    expect(failed.failure).toContain("ValueError: boom");
+  });
+});
+
+describe("skill and harness configuration", () => {
+  it("the skill has Agent Skills frontmatter and names the tools and the three findings", () => {
+    const skill = loadSkill();
+    expect(skill.name).toBe("infra-dev");
+    expect(skill.description.length).toBeGreaterThan(50);
+    for (const tool of ["pytest_collect", "pytest_run", "measure", "find_callers", "get_diff", "submit"]) expect(skill.text).toContain(tool);
+    expect(skill.text).toMatch(/caller/i);
+    expect(skill.text).toMatch(/averag/i);
+    expect(skill.text).toMatch(/CUDA graphs/);
+    // No task-specific answer: the bundled task's own names never appear.
+    expect(skill.text).not.toMatch(/nanoinfra|DataParallel|sync_gradients|bucket_cap/i);
+  });
+
+  it("installs the skill where each harness looks, or into --dir", () => {
+    expect(defaultSkillsRoot("codex", { HOME: "/h" })).toBe("/h/.agents/skills");
+    expect(defaultSkillsRoot("opencode", { HOME: "/h" })).toBe("/h/.config/opencode/skills");
+    expect(defaultSkillsRoot("opencode", { HOME: "/h", XDG_CONFIG_HOME: "/x" })).toBe("/x/opencode/skills");
+    const root = join(tmp, "skills");
+    const first = installSkill(root);
+    expect(first).toEqual({ file: join(root, "infra-dev", "SKILL.md"), changed: true });
+    expect(readFileSync(first.file, "utf8")).toBe(loadSkill().text);
+    expect(installSkill(root).changed).toBe(false);
+  });
+
+  it("prints Codex TOML and OpenCode JSON with raised tool timeouts", () => {
+    const o = { task: "grad-bucketing", sandbox: "local", runsDir: "/r/runs", node: "/usr/bin/node", cli: "/pkg/dist/cli/main.js" };
+    expect(toolTimeoutSec(600)).toBe(1500);
+    expect(codexConfig(o, 600)).toBe(
+      [
+        "[mcp_servers.infradev]",
+        'command = "/usr/bin/node"',
+        'args = ["/pkg/dist/cli/main.js", "serve", "--task", "grad-bucketing", "--sandbox", "local", "--runs-dir", "/r/runs"]',
+        "# workspace + base checkout are created at start-up",
+        "startup_timeout_sec = 60",
+        "# multi-rank pytest_run / measure (twice with compare_with_base) outlast Codex's 60 s default",
+        "tool_timeout_sec = 1500",
+        "",
+      ].join("\n"),
+    );
+    const oc = JSON.parse(opencodeConfig(o, 600));
+    expect(oc.mcp.infradev).toEqual({
+      type: "local",
+      command: ["/usr/bin/node", "/pkg/dist/cli/main.js", "serve", "--task", "grad-bucketing", "--sandbox", "local", "--runs-dir", "/r/runs"],
+      enabled: true,
+      timeout: 1_500_000,
+    });
+  });
+});
+
+describe("infradev_analysis.py", () => {
+  const analysis = join(pythonHelpersDir(), "infradev_analysis.py");
+  const run = (...args: string[]) => JSON.parse(execFileSync(PYTHON, [analysis, ...args], { encoding: "utf8" }));
+  const repo = join(tmp, "repo");
+  const write = (rel: string, text: string) => {
+    mkdirSync(join(repo, rel, ".."), { recursive: true });
+    writeFileSync(join(repo, rel), text);
+  };
+  write("pkg/__init__.py", "");
+  write("pkg/core.py", "def helper(x):\n    return x\n\nclass Engine:\n    def step(self):\n        return helper(1)\n\n    def run(self):\n        self.step()\n\ndef make():\n    return Engine()\n");
+  write("pkg/user.py", "from pkg.core import helper as h, Engine\nimport pkg.core as core\n\nclass Loop:\n    def __init__(self):\n        self.engine = Engine()\n\n    def go(self):\n        self.engine.step()\n        core.helper(2)\n        h(3)\n        hook = self.engine.step\n        return hook\n");
+  write("tests/test_x.py", "from pkg.core import make\n\ndef test_it():\n    e = make()\n    e.step()\n    other.step()\n");
+  write("broken.py", "def (:\n");
+
+  it("finds method call sites with how sure each match is", () => {
+    const r = run("callers", "--root", repo, "--symbol", "pkg.core.Engine.step");
+    expect(r.definition).toEqual({ file: "pkg/core.py", line: 5, end_line: 6 });
+    const sites = r.callers.map((c: { file: string; line: number; match: string; kind: string }) => `${c.file}:${c.line}:${c.match}:${c.kind}`);
+    expect(sites).toEqual([
+      "pkg/core.py:9:exact:call",
+      "pkg/user.py:9:probable:call",
+      "pkg/user.py:12:probable:reference",
+      "tests/test_x.py:5:probable:call",
+      "tests/test_x.py:6:name-only:call",
+    ]);
+    expect(r.parse_errors).toEqual([{ file: "broken.py", message: "SyntaxError: invalid syntax (line 1)" }]);
+  });
+
+  it("resolves function calls through import aliases", () => {
+    const r = run("callers", "--root", repo, "--symbol", "pkg.core.helper");
+    const exact = r.callers.filter((c: { match: string }) => c.match === "exact").map((c: { file: string; line: number }) => `${c.file}:${c.line}`);
+    expect(exact).toEqual(["pkg/core.py:6", "pkg/user.py:10", "pkg/user.py:11"]);
+  });
+
+  it("lists the definitions a change adds, changes and removes", () => {
+    const after = join(tmp, "after");
+    execFileSync("cp", ["-r", repo, after]);
+    writeFileSync(join(after, "pkg/core.py"), "def helper(x):\n    return x + 1\n\nclass Engine:\n    def step(self):\n        return helper(1)\n\ndef make():\n    return Engine()\n\ndef extra():\n    pass\n");
+    const r = run("changed", "--base", repo, "--root", after);
+    const names = (xs: Array<{ qualname: string }>) => xs.map((x) => x.qualname);
+    expect(names(r.added)).toEqual(["extra"]);
+    expect(names(r.changed)).toEqual(["helper", "Engine"]);
+    expect(names(r.removed)).toEqual(["Engine.run"]);
+    expect(r.files.modified).toEqual(["pkg/core.py"]);
+    expect(r.changed[0]).toMatchObject({ file: "pkg/core.py", line: 1, end_line: 2, body_line: 2 });
+  });
+
+  it("rejects a malformed symbol with exit code 2", () => {
+    expect(() => execFileSync(PYTHON, [analysis, "callers", "--root", repo, "--symbol", "pkg..x"], { stdio: "pipe" })).toThrow();
+  });
+});
+
