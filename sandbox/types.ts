@@ -34,9 +34,13 @@ export interface ExecResult {
   truncated: boolean;
   /** Host path of the full log (stdout and stderr) when one was saved. */
   logPath?: string;
+  /** The same log as commands inside the sandbox see it, when it lies inside the workspace. */
+  sandboxLogPath?: string;
   durationMs: number;
   /** False only for the `none` backend: nothing is isolated. */
   isolated: boolean;
+  /** One line a caller must pass on to the user, e.g. the `none` backend's "nothing is isolated". */
+  warning?: string;
   /** Set when the backend itself failed (not the command): bwrap missing, engine unreachable... */
   harnessError?: string;
   /** Set when the container / cgroup's memory limit killed the command. */

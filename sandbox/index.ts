@@ -1,0 +1,61 @@
+/**
+ * Picks a sandbox backend by name. `none` is never a fallback: a backend that cannot work here throws
+ * SandboxUnavailableError, and the caller decides what to do.
+ */
+import type { Logger } from "../lib/logger.js";
+import { SandboxUnavailableError } from "./exec-common.js";
+import { createLocalSandbox, type LocalSandboxOptions, type ReadOnlyMount } from "./local.js";
+import { createNoneSandbox, type NoneSandboxOptions } from "./none.js";
+import type { Sandbox } from "./types.js";
+
+/** What any caller may pass whatever the backend; a backend ignores what it has no use for. */
+export interface SandboxRequestCommon {
+  /** The workspace on the host. */
+  hostRepoDir: string;
+  python?: string;
+  env?: Record<string, string>;
+  /** Extra read-only binds (ignored by `none`, which sees the host as it is). */
+  readOnlyMounts?: ReadOnlyMount[];
+  /** Host paths never readable inside (ignored by `none`, which cannot hide anything). */
+  hiddenPaths?: string[];
+  logDir?: string;
+  maxOutputBytes?: number;
+  logger?: Logger;
+  /** Names the session (docker: container name and labels). */
+  sessionId?: string;
+  /** The public task (docker: image, GPUs). */
+  task?: unknown;
+  purpose?: "agent" | "grader";
+}
+
+export type CreateSandboxOptions =
+  | ({ kind: "local" } & SandboxRequestCommon & LocalSandboxOptions)
+  | ({ kind: "none" } & SandboxRequestCommon & NoneSandboxOptions)
+  // TODO(docker): add `& DockerSandboxOptions` (from ./docker.js) to this member.
+  | ({ kind: "docker" } & SandboxRequestCommon);
+
+export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox> {
+  switch (opts.kind) {
+    case "local": {
+      const { kind: _kind, sessionId: _s, task: _t, purpose: _p, ...local } = opts;
+      return createLocalSandbox(local);
+    }
+    case "none": {
+      const { kind: _kind, sessionId: _s, task: _t, purpose: _p, readOnlyMounts: _r, hiddenPaths: _h, ...none } = opts;
+      return createNoneSandbox(none);
+    }
+    case "docker":
+      // TODO(docker): `return createDockerSandbox(...)` — the docker colleague wires it in here.
+      throw new SandboxUnavailableError("docker", "docker sandbox: not wired into createSandbox yet (sandbox/index.ts)");
+    default: {
+      const never: never = opts;
+      throw new Error(`unknown sandbox kind ${JSON.stringify((never as { kind?: unknown }).kind)} (expected local, docker or none)`);
+    }
+  }
+}
+
+export type { ExecOptions, ExecResult, Sandbox, SandboxKind } from "./types.js";
+export { LOCAL_PYTHON_HELPERS, LOCAL_WORKSPACE, LocalSandbox, createLocalSandbox, findBwrap, type HiddenPathCheck, type LocalSandboxOptions, type ReadOnlyMount } from "./local.js";
+export { NONE_WARNING, NoneSandbox, createNoneSandbox, type NoneSandboxOptions } from "./none.js";
+export { DEFAULT_KILL_GRACE_MS, DEFAULT_TIMEOUT_SEC, SandboxUnavailableError, runHostProcess, watchDeadline } from "./exec-common.js";
+export { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";

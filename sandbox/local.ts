@@ -1,0 +1,372 @@
+/**
+ * The `local` backend: every exec is one bubblewrap sandbox — read-only system folders, the workspace
+ * read-write at /workspace, a private /tmp, no network but loopback, no capabilities, and every hidden
+ * path that would be visible through a bind masked by an empty mount.
+ */
+import { accessSync, constants, mkdirSync, mkdtempSync, realpathSync, rmSync, statSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { tmpdir } from "node:os";
+import { delimiter, join, posix, relative, resolve } from "node:path";
+import { silentLogger, type Logger } from "../lib/logger.js";
+import { PathOutsideRootError, isPathInside, resolveInside } from "../lib/path-validation.js";
+import { packageRoot, pythonHelpersDir } from "../lib/paths.js";
+import {
+  DEFAULT_KILL_GRACE_MS,
+  DEFAULT_TIMEOUT_SEC,
+  SandboxUnavailableError,
+  effectiveTimeoutSec,
+  execResultFrom,
+  logFooterLines,
+  logHeaderLines,
+  runHostProcess,
+} from "./exec-common.js";
+import { type Bind, type ReadOnlyMount, checkMountDest, hiddenContaining, maskArgs, nvidiaDevices, realpathOrNull, systemDirArgs } from "./local-mounts.js";
+import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
+import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
+
+export type { ReadOnlyMount } from "./local-mounts.js";
+
+export const LOCAL_WORKSPACE = "/workspace";
+export const LOCAL_PYTHON_HELPERS = "/opt/infradev/python";
+const SANDBOX_HOME = "/tmp/home";
+const SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+const INSTALL_HINT =
+  "Install bubblewrap: `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install -y bubblewrap` (Fedora/RHEL); " +
+  "or choose another backend (--sandbox docker; --sandbox none isolates nothing).";
+const NAMESPACE_HINT =
+  "bwrap needs user namespaces: on Ubuntu 23.10+ allow them for bwrap (`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` " +
+  "or an AppArmor profile); elsewhere check `sysctl user.max_user_namespaces` > 0 and `kernel.unprivileged_userns_clone=1`; " +
+  "inside a Docker container start it with `--security-opt seccomp=unconfined --security-opt apparmor=unconfined` (or --privileged). " +
+  "Or choose --sandbox docker.";
+
+/**
+ * The sandbox's first process: reports on fd 3 that bwrap's set-up is done (then closes fd 3 so the
+ * command does not inherit it), enters the working directory, and becomes the command. A run that
+ * never reported was a bwrap failure, not the command's.
+ */
+const WRAPPER =
+  '{ printf x >&3; } 2>/dev/null; exec 3>&-; cd -- "$0" 2>/dev/null || ' +
+  "{ printf 'infradev: cannot cd to %s: no such folder in the sandbox\\n' \"$0\" >&2; exit 1; }; exec \"$@\"";
+
+export interface LocalSandboxOptions {
+  /** The workspace on the host; bound read-write at /workspace. */
+  hostRepoDir: string;
+  /** Python inside the sandbox. Default /usr/bin/python3. */
+  python?: string;
+  /** Extra read-only binds (the harness, caches). */
+  readOnlyMounts?: ReadOnlyMount[];
+  /**
+   * Host paths that must never be readable inside (a task's hidden/, other sessions' runs). The
+   * package's own tasks/ and runs/ folders are always added. A mount of something inside one is
+   * refused; one that lies inside a bound folder is masked.
+   */
+  hiddenPaths?: string[];
+  /** Host folder for full logs. Default `<hostRepoDir>/.infradev/logs`. */
+  logDir?: string;
+  /** Environment of every exec, over the base (PATH, LANG, HOME=/tmp/home, TMPDIR=/tmp). */
+  env?: Record<string, string>;
+  /** The bwrap binary. Default: `bwrap` on PATH. */
+  bwrapPath?: string;
+  /** Default output cap per exec (bytes). Default 64 KiB. */
+  maxOutputBytes?: number;
+  /** Timeout of an exec that names none. Default 3600 s. */
+  defaultTimeoutSec?: number;
+  /** SIGTERM → SIGKILL delay when a tree is killed. Default 2000 ms. */
+  killGraceMs?: number;
+  /** Pass NVIDIA devices through (and /sys read-only). "auto" (default): when /dev/nvidiactl exists. */
+  gpu?: boolean | "auto";
+  /**
+   * "session" (default): /tmp (and HOME) persist across the execs of this sandbox in a private host
+   * folder removed by close(). "exec": a fresh tmpfs per exec.
+   */
+  tmp?: "session" | "exec";
+  /** Prove at creation that no hidden path is readable inside (and no capability is left); throw otherwise. */
+  selfCheck?: boolean;
+  logger?: Logger;
+}
+
+export interface HiddenPathCheck {
+  ok: boolean;
+  /** Paths readable inside the sandbox that should not be (plus "capabilities: ..." if any remain). */
+  leaks: string[];
+  /** Every sandbox path that was tried. */
+  checked: string[];
+}
+
+interface LocalConfig {
+  bwrapPath: string;
+  hostRepoDir: string;
+  python: string;
+  staticArgs: string[];
+  binds: Bind[];
+  hidden: string[];
+  env: Record<string, string>;
+  logDir: string;
+  sessionTmp: string | null;
+  maxOutputBytes: number;
+  defaultTimeoutSec: number;
+  killGraceMs: number;
+  logger: Logger;
+}
+
+/** Finds bwrap, or throws SandboxUnavailableError saying how to install it. */
+export function findBwrap(explicit?: string): string {
+  const candidates = explicit
+    ? [explicit]
+    : [...(process.env.PATH ?? "").split(delimiter).filter(Boolean).map((d) => join(d, "bwrap")), "/usr/bin/bwrap", "/usr/local/bin/bwrap"];
+  for (const c of candidates) {
+    try {
+      accessSync(c, constants.X_OK);
+      if (statSync(c).isFile()) return c;
+    } catch {
+      // try the next one
+    }
+  }
+  const where = explicit ? `at ${explicit}` : "on PATH";
+  throw new SandboxUnavailableError("local", `local sandbox: bubblewrap (bwrap) was not found ${where}. ${INSTALL_HINT}`);
+}
+
+function bwrapHardening(bwrapPath: string): string[] {
+  const help = spawnSync(bwrapPath, ["--help"], { encoding: "utf8", timeout: 10_000 });
+  if (help.error) throw new SandboxUnavailableError("local", `local sandbox: cannot run ${bwrapPath}: ${help.error.message}. ${INSTALL_HINT}`);
+  const text = `${help.stdout}${help.stderr}`;
+  const args: string[] = [];
+  // No nested user namespace: inside one a process would hold capabilities again.
+  if (text.includes("--disable-userns")) args.push("--unshare-user", "--disable-userns");
+  // As root, bwrap keeps every capability in the sandbox unless told not to — enough to unmount the
+  // masks over hidden paths. A setuid bwrap refuses --cap-drop for non-root users but drops them itself.
+  const setuid = (statSync(bwrapPath).mode & 0o4000) !== 0;
+  if (text.includes("--cap-drop") && (!setuid || process.getuid?.() === 0)) args.push("--cap-drop", "ALL");
+  return args;
+}
+
+export class LocalSandbox implements Sandbox {
+  readonly kind = "local" as const;
+  readonly repoDir = LOCAL_WORKSPACE;
+  readonly pythonHelpersDir = LOCAL_PYTHON_HELPERS;
+  readonly hostRepoDir: string;
+  readonly python: string;
+  /** Host folder where each exec's full log goes. */
+  readonly logDir: string;
+  private readonly running = new Map<AbortController, Promise<unknown>>();
+  private closed = false;
+
+  private constructor(private readonly cfg: LocalConfig) {
+    this.hostRepoDir = cfg.hostRepoDir;
+    this.python = cfg.python;
+    this.logDir = cfg.logDir;
+  }
+
+  /** Builds the sandbox and proves bwrap works here (a harness fault is thrown now, not at first use). */
+  static async create(opts: LocalSandboxOptions): Promise<LocalSandbox> {
+    const logger = opts.logger ?? silentLogger();
+    const bwrapPath = findBwrap(opts.bwrapPath);
+    const hardening = bwrapHardening(bwrapPath);
+
+    const repo = realpathOrNull(resolve(opts.hostRepoDir));
+    if (repo === null || !statSync(repo).isDirectory()) throw new Error(`local sandbox: hostRepoDir ${opts.hostRepoDir} is not an existing folder`);
+    const helpers = realpathSync(pythonHelpersDir());
+    const pkg = packageRoot();
+    const hidden = [...(opts.hiddenPaths ?? []), join(pkg, "tasks"), join(pkg, "runs")].map((p) => resolve(p));
+
+    // The workspace may live inside a hidden folder (runs/<id>/workspace): only its own subtree is bound.
+    for (const h of hidden) {
+      if ((realpathOrNull(h) ?? h) === repo) throw new Error(`local sandbox: the workspace ${repo} is itself a hidden path`);
+    }
+    const inHidden = hiddenContaining(hidden, helpers);
+    if (inHidden) throw new Error(`local sandbox: the python helpers ${helpers} lie inside hidden path ${inHidden}`);
+
+    const system = systemDirArgs();
+    const binds: Bind[] = [...system.binds];
+    const args = ["--unshare-all", ...hardening, "--die-with-parent", "--new-session", ...system.args, "--proc", "/proc", "--dev", "/dev"];
+
+    const wantGpu = opts.gpu ?? "auto";
+    const devices = wantGpu === false ? [] : nvidiaDevices();
+    if (wantGpu === true && devices.length === 0) throw new SandboxUnavailableError("local", "local sandbox: gpu: true but no /dev/nvidia* device exists on this host");
+    if (devices.length > 0) {
+      for (const d of devices) args.push("--dev-bind", d, d);
+      args.push("--ro-bind", "/sys", "/sys"); // NCCL and NVML read the PCI topology there
+      binds.push({ kind: "ro", source: "/sys", realSource: "/sys", dest: "/sys" });
+    }
+
+    const sessionTmp = (opts.tmp ?? "session") === "session" ? mkdtempSync(join(tmpdir(), "infradev-local-")) : null;
+    if (sessionTmp) {
+      mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
+      args.push("--bind", sessionTmp, "/tmp");
+    } else {
+      args.push("--tmpfs", "/tmp", "--dir", SANDBOX_HOME);
+    }
+
+    args.push("--bind", repo, LOCAL_WORKSPACE, "--ro-bind", helpers, LOCAL_PYTHON_HELPERS);
+    binds.push({ kind: "rw", source: repo, realSource: repo, dest: LOCAL_WORKSPACE }, { kind: "ro", source: helpers, realSource: helpers, dest: LOCAL_PYTHON_HELPERS });
+
+    for (const m of opts.readOnlyMounts ?? []) {
+      const bad = checkMountDest(m.sandbox);
+      const real = realpathOrNull(resolve(m.host));
+      const fail = bad ?? (real === null ? `host path ${m.host} does not exist` : null);
+      const within = real === null ? null : hiddenContaining(hidden, real);
+      if (fail || within) {
+        if (sessionTmp) rmSync(sessionTmp, { recursive: true, force: true });
+        throw new Error(`local sandbox: read-only mount ${m.host} -> ${m.sandbox}: ${fail ?? `it lies inside hidden path ${within}`}`);
+      }
+      args.push("--ro-bind", real!, m.sandbox);
+      binds.push({ kind: "ro", source: real!, realSource: real!, dest: m.sandbox });
+    }
+
+    const sandbox = new LocalSandbox({
+      bwrapPath,
+      hostRepoDir: repo,
+      python: opts.python ?? "/usr/bin/python3",
+      staticArgs: args,
+      binds,
+      hidden,
+      env: { PATH: SAFE_PATH, LANG: "C.UTF-8", HOME: SANDBOX_HOME, TMPDIR: "/tmp", INFRADEV_SANDBOX: "local", ...opts.env },
+      logDir: resolve(opts.logDir ?? join(repo, ".infradev", "logs")),
+      sessionTmp,
+      maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
+      defaultTimeoutSec: opts.defaultTimeoutSec ?? DEFAULT_TIMEOUT_SEC,
+      killGraceMs: opts.killGraceMs ?? DEFAULT_KILL_GRACE_MS,
+      logger,
+    });
+
+    const probe = await sandbox.run(["true"], LOCAL_WORKSPACE, { timeoutSec: 30 }, false);
+    if (probe.harnessError || probe.exitCode !== 0) {
+      await sandbox.close();
+      const why = probe.harnessError ?? `probe exited ${probe.exitCode}: ${probe.stderr.trim()}`;
+      const hint = /namespace|uid map|not permitted|permission denied/i.test(why) ? NAMESPACE_HINT : INSTALL_HINT;
+      throw new SandboxUnavailableError("local", `local sandbox: bwrap (${bwrapPath}) cannot build a sandbox on this machine: ${why}. ${hint}`);
+    }
+    if (opts.selfCheck) {
+      const check = await sandbox.checkHiddenPaths();
+      if (!check.ok) {
+        await sandbox.close();
+        throw new Error(`local sandbox self-check failed, readable inside: ${check.leaks.join(", ")}`);
+      }
+    }
+    logger.debug({ bwrap: bwrapPath, workspace: repo, hidden: hidden.length }, "local sandbox ready");
+    return sandbox;
+  }
+
+  /** The full bwrap command line for `argv` (for benchmarks and debugging; fd 3 is optional). */
+  bwrapCommand(argv: string[], opts: { cwd?: string } = {}): string[] {
+    const cwd = posix.resolve(LOCAL_WORKSPACE, opts.cwd ?? ".");
+    const masks = maskArgs(this.cfg.hidden, this.cfg.binds).args;
+    return [this.cfg.bwrapPath, ...this.cfg.staticArgs, ...masks, "--chdir", "/", "--", "/bin/sh", "-c", WRAPPER, cwd, ...argv];
+  }
+
+  /** The environment every exec starts from (exec options' env goes over it). */
+  get baseEnv(): Record<string, string> {
+    return { ...this.cfg.env };
+  }
+
+  async exec(argv: string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    if (this.closed) throw new Error("local sandbox: exec after close()");
+    if (argv.length === 0 || argv[0] === "") throw new Error("local sandbox: exec needs a non-empty argv");
+    if (argv.some((a) => a.includes("\0"))) throw new Error("local sandbox: an argv element contains a NUL byte");
+    const cwd = posix.resolve(LOCAL_WORKSPACE, opts.cwd ?? ".");
+    return this.run(argv, cwd, opts, true);
+  }
+
+  private async run(argv: string[], cwd: string, opts: ExecOptions, keepLog: boolean): Promise<ExecResult> {
+    const timeoutSec = effectiveTimeoutSec(opts.timeoutSec, this.cfg.defaultTimeoutSec);
+    const capture = new OutputCapture({
+      maxOutputBytes: opts.maxOutputBytes ?? this.cfg.maxOutputBytes,
+      logDir: keepLog ? this.cfg.logDir : undefined,
+      logHeader: logHeaderLines("local", argv, cwd),
+      onOutput: opts.onOutput,
+    });
+    const closer = new AbortController();
+    const signal = opts.signal ? AbortSignal.any([opts.signal, closer.signal]) : closer.signal;
+    const pending = runHostProcess({
+      argv: this.bwrapCommand(argv, { cwd }),
+      env: { ...this.cfg.env, ...opts.env },
+      capture,
+      timeoutSec,
+      signal,
+      killGraceMs: this.cfg.killGraceMs,
+      supervisorDepth: 2,
+      readyFd: true,
+    });
+    this.running.set(closer, pending);
+    const outcome = await pending.finally(() => this.running.delete(closer));
+
+    let harnessError: string | undefined;
+    if (outcome.spawnError) harnessError = `cannot start bwrap (${this.cfg.bwrapPath}): ${outcome.spawnError.message}`;
+    else if (!outcome.ready && !outcome.timedOut && !outcome.cancelled) harnessError = "bwrap could not set up the sandbox";
+    else if (outcome.survivors.length) harnessError = `processes survived the kill: ${outcome.survivors.join(", ")}`;
+    const captured = await capture.finish(logFooterLines(outcome, harnessError));
+    if (harnessError && !outcome.ready) {
+      const said = captured.stderr.split("\n").filter((l) => l.startsWith("bwrap:")).join(" | ");
+      harnessError = `${harnessError} (exit ${outcome.exitCode})${said ? `: ${said}` : ""}`;
+    }
+    if (harnessError || outcome.timedOut) {
+      this.cfg.logger.warn({ argv0: argv[0], exitCode: outcome.exitCode, timedOut: outcome.timedOut, harnessError }, "local exec ended abnormally");
+    }
+    const sandboxLogPath = captured.logPath ? (this.toSandboxPath(captured.logPath) ?? undefined) : undefined;
+    return execResultFrom(outcome, captured, { isolated: true, sandboxLogPath, harnessError });
+  }
+
+  toHostPath(sandboxPath: string): string {
+    if (sandboxPath.includes("\0")) throw new PathOutsideRootError(LOCAL_WORKSPACE, sandboxPath, "it contains a NUL byte");
+    const abs = posix.resolve(LOCAL_WORKSPACE, sandboxPath);
+    if (!isPathInside(LOCAL_WORKSPACE, abs)) throw new PathOutsideRootError(LOCAL_WORKSPACE, sandboxPath, "it is outside the workspace");
+    // Through resolveInside: a symlink the command planted in the workspace cannot lead the host out.
+    return resolveInside(this.hostRepoDir, posix.relative(LOCAL_WORKSPACE, abs) || ".");
+  }
+
+  /** The sandbox's view of a host path inside the workspace, or null when the sandbox cannot see it. */
+  toSandboxPath(hostPath: string): string | null {
+    const abs = resolve(hostPath);
+    if (!isPathInside(this.hostRepoDir, abs)) return null;
+    const rel = relative(this.hostRepoDir, abs);
+    return rel === "" ? LOCAL_WORKSPACE : posix.join(LOCAL_WORKSPACE, ...rel.split("/"));
+  }
+
+  /**
+   * Tries to read every hidden path inside the sandbox — at its host path, its real path and every
+   * place a bind would show it — and checks that no capability is left (with one, a mask could be
+   * unmounted). A folder leaks when it lists anything, a file when a byte can be read.
+   */
+  async checkHiddenPaths(): Promise<HiddenPathCheck> {
+    const candidates = new Set<string>();
+    for (const h of this.cfg.hidden) {
+      candidates.add(h);
+      const real = realpathOrNull(h);
+      if (real) candidates.add(real);
+    }
+    for (const dest of maskArgs(this.cfg.hidden, this.cfg.binds).masked) candidates.add(dest);
+    const script = [
+      'for p in "$@"; do',
+      '  if [ -d "$p" ]; then [ -n "$(ls -A -- "$p" 2>/dev/null)" ] && echo "LEAK $p";',
+      '  elif [ -e "$p" ]; then n=$(head -c 1 -- "$p" 2>/dev/null | wc -c); [ "$n" -gt 0 ] && echo "LEAK $p"; fi',
+      "done",
+      "grep '^CapEff:' /proc/self/status",
+      "true",
+    ].join("\n");
+    const checked = [...candidates];
+    const r = await this.run(["/bin/sh", "-c", script, "check", ...checked], "/", { timeoutSec: 60, maxOutputBytes: 1 << 20 }, false);
+    if (r.harnessError || r.exitCode !== 0) return { ok: false, leaks: [`self-check could not run: ${r.harnessError ?? r.stderr.trim()}`], checked };
+    const leaks = r.stdout
+      .split("\n")
+      .filter((l) => l.startsWith("LEAK "))
+      .map((l) => l.slice(5));
+    const caps = /CapEff:\s*([0-9a-f]+)/.exec(r.stdout)?.[1];
+    if (!caps || /[1-9a-f]/.test(caps)) leaks.push(`capabilities: CapEff=${caps ?? "unknown"}`);
+    return { ok: leaks.length === 0, leaks, checked };
+  }
+
+  /** Kills every running exec's tree, waits for them, and removes the session's /tmp. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const closer of this.running.keys()) closer.abort();
+    await Promise.allSettled(this.running.values());
+    if (this.cfg.sessionTmp) rmSync(this.cfg.sessionTmp, { recursive: true, force: true });
+  }
+}
+
+/** Creates a `local` (bubblewrap) sandbox; throws SandboxUnavailableError when bwrap cannot work here. */
+export function createLocalSandbox(opts: LocalSandboxOptions): Promise<LocalSandbox> {
+  return LocalSandbox.create(opts);
+}
