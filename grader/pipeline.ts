@@ -56,7 +56,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
     writeJsonAtomic(join(artifactDir, "apply.json"), { applied: false, reason });
     return { kind: "inapplicable", reason };
   }
-  const ws = await freshWorkspace(task);
+  const ws = await freshWorkspace(task, { recordIn: artifactDir });
   try {
     const applied = await applyPatch(ws.repoDir, opts.patchFile, ws.baseCommit);
     writeFileSync(join(artifactDir, "apply.log"), applied.log);
@@ -100,6 +100,6 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       await sandbox.close();
     }
   } finally {
-    removeWorkspace(ws);
+    removeWorkspace(ws, { recordIn: artifactDir });
   }
 }

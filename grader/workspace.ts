@@ -1,6 +1,6 @@
-import { cpSync, existsSync, lstatSync, mkdtempSync, rmSync } from "node:fs";
+import { cpSync, existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { execa } from "execa";
 import type { GraderTask } from "../tasks/loader.js";
 import { createSnapshot } from "../tasks/snapshot.js";
@@ -20,15 +20,32 @@ export interface GradingWorkspace {
  * A fresh workspace from the task's source at base, in a new temporary folder: never an agent's
  * workspace, so the grader's sandbox cannot share a writable mount with one.
  */
-export async function freshWorkspace(task: GraderTask): Promise<GradingWorkspace> {
+export async function freshWorkspace(task: GraderTask, opts: { recordIn?: string } = {}): Promise<GradingWorkspace> {
+  if (opts.recordIn) removeStaleWorkspace(opts.recordIn);
   const root = mkdtempSync(join(tmpdir(), `infradev-grade-${task.id}-`));
+  if (opts.recordIn) writeFileSync(join(opts.recordIn, WORKSPACE_RECORD), `${root}\n`);
   const repoDir = join(root, "repo");
   const snap = await createSnapshot(task, repoDir);
   return { root, repoDir, baseCommit: snap.baseCommit };
 }
 
-export function removeWorkspace(ws: GradingWorkspace): void {
+export function removeWorkspace(ws: GradingWorkspace, opts: { recordIn?: string } = {}): void {
   rmSync(ws.root, { recursive: true, force: true });
+  if (opts.recordIn) rmSync(join(opts.recordIn, WORKSPACE_RECORD), { force: true });
+}
+
+/** Names the live workspace of a run, so that a run killed midway leaves no orphan folder behind. */
+const WORKSPACE_RECORD = "workspace.path";
+
+function removeStaleWorkspace(recordIn: string): void {
+  let stale: string;
+  try {
+    stale = readFileSync(join(recordIn, WORKSPACE_RECORD), "utf8").trim();
+  } catch {
+    return;
+  }
+  // Only ever a folder we made: directly in the temp dir, with our prefix.
+  if (dirname(stale) === tmpdir() && basename(stale).startsWith("infradev-grade-")) rmSync(stale, { recursive: true, force: true });
 }
 
 function isUnder(path: string, dir: string): boolean {
