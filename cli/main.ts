@@ -1,6 +1,9 @@
 #!/usr/bin/env node
 import { Command, CommanderError } from "commander";
 import { TaskError } from "../tasks/errors.js";
+import { registerConnectCommands } from "./connect.js";
+import { registerServeCommands } from "./serve.js";
+import { registerSkillCommands } from "./skill.js";
 import { registerTasksCommands } from "./tasks.js";
 
 /** The `infradev` command: thin; each sub-command lives in its own file and calls the modules. */
@@ -11,6 +14,9 @@ export function buildProgram(): Command {
     .version("0.1.0")
     .showHelpAfterError();
   registerTasksCommands(program);
+  registerServeCommands(program);
+  registerSkillCommands(program);
+  registerConnectCommands(program);
   return program;
 }
 

@@ -132,7 +132,10 @@ export async function openInMemorySession(opts: { taskId: string; tasksRoot?: st
       await client.close();
       await session.finish("test end");
       await server.close();
-      if (!opts.runsDir) rmSync(runsDir, { recursive: true, force: true });
+      if (!opts.runsDir) {
+        rmSync(runsDir, { recursive: true, force: true });
+        rmSync(`${runsDir}-base`, { recursive: true, force: true });
+      }
     },
   };
 }

@@ -1,0 +1,50 @@
+import { resolve } from "node:path";
+import type { Command } from "commander";
+import { createLogger } from "../lib/logger.js";
+import { createSandbox } from "../sandbox/index.js";
+import type { SandboxKind } from "../sandbox/types.js";
+import type { SandboxFactory } from "../server/session.js";
+import { serveStdio } from "../server/stdio.js";
+
+const KINDS: SandboxKind[] = ["local", "none", "docker"];
+
+/** Maps the server's request onto the sandbox factory (the backends live in sandbox/). */
+export const sandboxFactory: SandboxFactory = (req) =>
+  createSandbox({
+    kind: req.kind,
+    hostRepoDir: req.hostRepoDir,
+    python: req.python,
+    readOnlyMounts: req.readOnlyMounts,
+    hiddenPaths: req.hiddenPaths,
+    sessionId: req.sessionId,
+    task: req.task,
+    purpose: "agent",
+    logger: req.logger,
+  });
+
+export function registerServeCommands(program: Command): void {
+  program
+    .command("serve")
+    .description("serve one task to an MCP client over stdio (workspace in runs/<run-id>/workspace, tools run in the sandbox)")
+    .requiredOption("--task <id>", "task id (or path to a task folder)")
+    .option("--sandbox <kind>", "local (bubblewrap) | docker | none (no isolation at all)", "local")
+    .option("--runs-dir <dir>", "where runs/<run-id>/ folders go", process.env.INFRADEV_RUNS_DIR ?? "runs")
+    .option("--resume <run-id>", "reopen an existing run (same workspace, trace appended)")
+    .option("--python <path>", "Python interpreter inside the sandbox (default: the task's env.python)")
+    .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
+    .action(async (opts: { task: string; sandbox: string; runsDir: string; resume?: string; python?: string; tasksDir?: string }) => {
+      if (!KINDS.includes(opts.sandbox as SandboxKind)) throw new Error(`serve: --sandbox must be one of ${KINDS.join(", ")} (got "${opts.sandbox}")`);
+      const logger = createLogger("infradev-serve");
+      if (opts.sandbox === "none") logger.warn("--sandbox none: commands run as plain processes on this host; NOTHING is isolated");
+      await serveStdio({
+        taskId: opts.task,
+        tasksRoot: opts.tasksDir ? resolve(opts.tasksDir) : undefined,
+        runsDir: resolve(opts.runsDir),
+        resume: opts.resume,
+        sandboxKind: opts.sandbox as SandboxKind,
+        python: opts.python,
+        logger,
+        createSandbox: sandboxFactory,
+      });
+    });
+}
