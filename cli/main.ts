@@ -1,6 +1,9 @@
 #!/usr/bin/env node
 import { Command, CommanderError } from "commander";
 import { TaskError } from "../tasks/errors.js";
+import { registerCalibrateCommands } from "./calibrate.js";
+import { registerDemoCommands } from "./demo.js";
+import { registerGradeCommands } from "./grade.js";
 import { registerConnectCommands } from "./connect.js";
 import { registerServeCommands } from "./serve.js";
 import { registerSkillCommands } from "./skill.js";
@@ -14,6 +17,9 @@ export function buildProgram(): Command {
     .version("0.1.0")
     .showHelpAfterError();
   registerTasksCommands(program);
+  registerGradeCommands(program);
+  registerCalibrateCommands(program);
+  registerDemoCommands(program);
   registerServeCommands(program);
   registerSkillCommands(program);
   registerConnectCommands(program);

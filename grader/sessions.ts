@@ -155,7 +155,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       reused.push(name);
       continue;
     }
-    opts.onProgress?.(`${name}: running ${plan.pytestArgs.filter((a) => !a.startsWith("-")).join(" ")} on ${spec.ranks} rank(s)`);
+    opts.onProgress?.(`${name}: running ${plan.pytestArgs.filter((a) => !a.startsWith("-")).join(" + ")} on ${spec.ranks} rank(s)`);
     const outDir = `.infradev/grade/${name}`;
     const started = Date.now();
     const r = await runRanks(sandbox, {

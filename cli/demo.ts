@@ -1,0 +1,40 @@
+import { resolve } from "node:path";
+import type { Command } from "commander";
+import { bundledTasksDir } from "../lib/paths.js";
+import { DEMO_HEADER, demoExpectationFailures, demoJson, demoTableRows, runDemo } from "../grader/demo.js";
+import { DEFAULT_OUT, addGraderOptions, graderSandboxFactory, progressToStderr, type GraderCliOptions } from "./grade.js";
+import { formatTable } from "./tasks.js";
+
+export function registerDemoCommands(program: Command): void {
+  const cmd = program
+    .command("demo")
+    .description("grade, for every bundled task runnable here, the golden patch, each adversarial patch, the hollow patch and an empty patch; print one table")
+    .option("--out <dir>", "results folder (complete results found there are reused)", `${DEFAULT_OUT}/demo`)
+    .option("--json", "print an array of { submission, result } on stdout");
+  addGraderOptions(cmd).action(async (opts: GraderCliOptions) => {
+    const tasksRoot = opts.tasksDir ?? bundledTasksDir();
+    const started = Date.now();
+    const report = await runDemo({
+      tasksRoot,
+      outDir: resolve(opts.out),
+      calibrationDir: resolve(opts.calibrationDir),
+      sandboxFactory: graderSandboxFactory(opts.sandbox, [tasksRoot, opts.out, opts.calibrationDir]),
+      combine: !opts.separateSuites,
+      onProgress: progressToStderr("[demo] "),
+    });
+    const failures = demoExpectationFailures(report);
+    if (opts.json) {
+      process.stdout.write(`${JSON.stringify(demoJson(report), null, 2)}\n`);
+    } else {
+      const lines = [
+        formatTable(DEMO_HEADER, demoTableRows(report)),
+        "",
+        "Set A = official post-PR tests; Set B = official tests + hidden probes. resolved = paper rule (passed ≥ gold's); (strict …) shown where the strict rule differs.",
+        failures.length ? `EXPECTATIONS NOT MET:\n${failures.map((f) => `  - ${f}`).join("\n")}` : "expectations met: golden resolved in A and B; every adversarial patch resolved in A, not in B; hollow and empty not resolved; empty scores 0.",
+        `results under ${resolve(opts.out)} (${((Date.now() - started) / 1000).toFixed(0)} s)`,
+      ];
+      process.stdout.write(`${lines.join("\n")}\n`);
+    }
+    if (failures.length) process.exitCode = 1;
+  });
+}

@@ -1,0 +1,115 @@
+import { resolve } from "node:path";
+import { InvalidArgumentError, Option, type Command } from "commander";
+import { createLogger } from "../lib/logger.js";
+import { bundledTasksDir } from "../lib/paths.js";
+import { createSandbox } from "../sandbox/index.js";
+import type { SandboxKind } from "../sandbox/types.js";
+import { defaultCalibrationDir } from "../grader/calibrate.js";
+import { gradeSubmission } from "../grader/grade.js";
+import type { SandboxFactory } from "../grader/pipeline.js";
+import type { GradeResult } from "../grader/types.js";
+import { loadGraderTask } from "../tasks/loader.js";
+
+/** Options every grader command shares. */
+export interface GraderCliOptions {
+  out: string;
+  sandbox: SandboxKind;
+  calibrationDir: string;
+  tasksDir?: string;
+  separateSuites?: boolean;
+  json?: boolean;
+}
+
+export const DEFAULT_OUT = "infradev-results";
+
+export function sandboxOption(): Option {
+  return new Option("--sandbox <kind>", "sandbox for the grading runs (none = plain processes, nothing isolated; for debugging)")
+    .choices(["local", "docker", "none"])
+    .default("local");
+}
+
+export function addGraderOptions(cmd: Command): Command {
+  return cmd
+    .addOption(sandboxOption())
+    .option("--calibration-dir <dir>", "cache of gold calibrations (default ~/.cache/infradev/calibration, or $INFRADEV_CALIBRATION_DIR)", defaultCalibrationDir())
+    .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
+    .option("--separate-suites", "run the official tests and the probes in separate launcher sessions (default: one session per mode when their file names cannot clash)");
+}
+
+/**
+ * The grader's sandbox: a fresh one per submission over its fresh workspace, from createSandbox.
+ * The task folder (hidden parts), the tasks root, the results and the calibration cache are never
+ * visible inside it.
+ */
+export function graderSandboxFactory(kind: SandboxKind, hiddenPaths: string[]): SandboxFactory {
+  const logger = createLogger("infradev-grade");
+  return async ({ task, hostRepoDir }) =>
+    createSandbox({
+      kind,
+      hostRepoDir,
+      readOnlyMounts: [],
+      hiddenPaths: [...new Set([resolve(task.taskDir), ...hiddenPaths.map((p) => resolve(p))])],
+      python: task.fullSpec.env.python,
+      sessionId: `grade-${task.id}-${process.pid}-${Date.now()}`,
+      task,
+      logger,
+      purpose: "grader",
+    });
+}
+
+export function progressToStderr(prefix: string): (msg: string) => void {
+  return (msg) => process.stderr.write(`${prefix}${msg}\n`);
+}
+
+function yesNo(b: boolean | null): string {
+  return b === null ? "n/a" : b ? "yes" : "no";
+}
+
+/** The human summary of one result. */
+export function formatResult(r: GradeResult, resultPath: string): string {
+  const set = (name: string, s: GradeResult["official"]) =>
+    `${name.padEnd(22)} ${s.passed ?? "-"}/${s.n_cases} passed   s_p ${s.score === null ? "n/a" : s.score.toFixed(3)}   resolved ${yesNo(s.resolved)}   strict ${yesNo(s.resolved_strict)}`;
+  const lines = [
+    `${r.task_id}: ${r.status}${r.apply_method ? ` (applied with ${r.apply_method})` : ""}${r.reason ? ` — ${r.reason}` : ""}`,
+    set("Set A (official)", r.official),
+    set("Set B (with probes)", r.with_probes),
+  ];
+  const failing = r.cases.filter((c) => c.label);
+  if (failing.length) {
+    lines.push("cases gold passes and this submission does not:");
+    for (const c of failing) lines.push(`  ${c.label!.padEnd(26)} ${c.outcome.padEnd(7)} ${c.id}`);
+  }
+  lines.push(`result: ${resultPath}`);
+  return lines.join("\n");
+}
+
+function parseOut(v: string): string {
+  if (!v.trim()) throw new InvalidArgumentError("expected a folder");
+  return v;
+}
+
+export function registerGradeCommands(program: Command): void {
+  const cmd = program
+    .command("grade")
+    .description("grade one patch: fresh snapshot, post-PR tests + hidden probes, multi-rank, scored against gold's calibration (Set A and Set B)")
+    .requiredOption("--task <id>", "task id (or a path to a task folder)")
+    .option("--patch <file>", "the submission (a unified diff against the task's base); omitted or missing = scores 0 as missing_patch")
+    .option("--out <dir>", "results folder: <out>/<task_id>/<submission-hash>/result.json", parseOut, DEFAULT_OUT)
+    .option("--json", "print the result as one JSON object on stdout");
+  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; patch?: string }) => {
+    const task = loadGraderTask(opts.task, opts.tasksDir);
+    const out = await gradeSubmission({
+      task,
+      patchFile: opts.patch ? resolve(opts.patch) : null,
+      outDir: resolve(opts.out),
+      calibrationDir: resolve(opts.calibrationDir),
+      sandboxFactory: graderSandboxFactory(opts.sandbox, [opts.tasksDir ?? bundledTasksDir(), opts.out, opts.calibrationDir]),
+      combine: !opts.separateSuites,
+      onProgress: progressToStderr(`[grade ${task.id}] `),
+    });
+    const resultPath = resolve(out.artifactDir, "result.json");
+    process.stdout.write(opts.json ? `${JSON.stringify(out.result, null, 2)}\n` : `${formatResult(out.result, resultPath)}\n`);
+    // A harness fault is not a verdict on the submission: a distinct exit code lets scripts retry.
+    if (out.result.status === "harness_fault") process.exitCode = 3;
+  });
+}
