@@ -3,6 +3,7 @@ import { Command, CommanderError } from "commander";
 import { TaskError } from "../tasks/errors.js";
 import { registerCalibrateCommands } from "./calibrate.js";
 import { registerDemoCommands } from "./demo.js";
+import { registerDoctorCommands } from "./doctor.js";
 import { registerGradeCommands } from "./grade.js";
 import { registerConnectCommands } from "./connect.js";
 import { registerServeCommands } from "./serve.js";
@@ -23,6 +24,7 @@ export function buildProgram(): Command {
   registerServeCommands(program);
   registerSkillCommands(program);
   registerConnectCommands(program);
+  registerDoctorCommands(program);
   return program;
 }
 
