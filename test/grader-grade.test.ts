@@ -9,7 +9,7 @@ import type { SandboxFactory } from "../grader/pipeline.js";
 import type { Calibration, GradeResult, SessionResult } from "../grader/types.js";
 import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
 import { createSnapshot, diffAgainstBase } from "../tasks/snapshot.js";
-import { plainSandbox } from "./fixtures/grader/none-sandbox.js";
+import { graderSandboxFactory } from "../cli/grade.js";
 
 /**
  * The grader end to end on the tiny-mean fixture task: real git, real 2-rank torch sessions through
@@ -17,7 +17,7 @@ import { plainSandbox } from "./fixtures/grader/none-sandbox.js";
  */
 
 const FIXTURES = join(import.meta.dirname, "fixtures", "grader", "tasks");
-const sandboxFactory: SandboxFactory = async ({ task, hostRepoDir }) => plainSandbox(hostRepoDir, task.fullSpec.env.python);
+let sandboxFactory: SandboxFactory;
 
 let root: string;
 let task: GraderTask;
@@ -27,6 +27,8 @@ const calDir = () => join(root, "calibration");
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "infradev-grader-grade-"));
   task = loadGraderTask("tiny-mean", FIXTURES);
+  // The shipped factory (createSandbox, bubblewrap), with the test's folders hidden as the CLI hides its own.
+  sandboxFactory = graderSandboxFactory("local", [root]);
   calibration = (await calibrate({ task, cacheDir: calDir(), sandboxFactory })).calibration;
 }, 300_000);
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -123,11 +125,11 @@ describe("resume", () => {
     const adv = task.hidden.adversarial.find((a) => a.name === "two-all-reduces")!;
     const out = join(root, "resume-out");
     const sessions = join(out, task.id, submissionHash(readFileSync(adv.patchPath)), "sessions");
-    const runner = join(import.meta.dirname, "fixtures", "grader", "grade-runner.ts");
+    const cli = join(import.meta.dirname, "..", "cli", "main.ts");
     const tsx = join(import.meta.dirname, "..", "node_modules", ".bin", "tsx");
-    const args = [runner, FIXTURES, task.id, adv.patchPath, out, calDir()];
+    const args = [cli, "grade", "--task", join(FIXTURES, task.id), "--patch", adv.patchPath, "--out", out, "--calibration-dir", calDir(), "--sandbox", "local", "--separate-suites", "--json"];
 
-    // First run: killed with SIGKILL (its whole process group) once the official suite's file exists.
+    // First run (the real CLI): killed with SIGKILL, its whole process group, once the official suite's file exists.
     const first = spawn(tsx, args, { detached: true, stdio: ["ignore", "ignore", "pipe"] });
     let log1 = "";
     first.stderr!.on("data", (d) => (log1 += String(d)));
