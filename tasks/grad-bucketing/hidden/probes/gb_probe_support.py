@@ -135,11 +135,3 @@ def trainable_names(module: nn.Module) -> List[str]:
 
 def bucket_names(model) -> List[List[str]]:
     return [list(bucket.param_names) for bucket in model.buckets]
-
-
-def gathered_equal(value: int) -> bool:
-    """True when every rank holds the same integer (guards the probes' own lock-step)."""
-    t = torch.tensor([value], dtype=torch.int64, device=probe_device())
-    out = [torch.zeros_like(t) for _ in range(world())]
-    dist.all_gather(out, t)
-    return all(int(o.item()) == value for o in out)
