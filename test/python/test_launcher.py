@@ -173,3 +173,16 @@ def test_torchrun_falls_back_or_runs(scratch):
     if run.launch["launcher"] == "builtin":
         assert "fell back to the built-in launcher" in run.launch["notes"][0]
     assert run.junit(1) == {"test_x.py::test_x": ("passed", "")}
+
+
+def test_leftover_processes_are_killed(scratch, tmp_path):
+    """A test that leaves a daemon behind, in a session of its own: it still does not survive."""
+    marker = str(tmp_path / "daemon-marker")
+    body = (
+        "import subprocess, sys\n\n"
+        "def test_spawn():\n"
+        "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', %r], start_new_session=True)\n" % marker
+    )
+    run = scratch({"test_spawn.py": body}, 2)
+    assert run.returncode == 0, run.stderr
+    assert processes_mentioning(marker) == []

@@ -50,15 +50,34 @@ def rank_env(env, rank):
     return env
 
 
+_SUBREAPER = []  # [True] once prctl succeeded
+
+
 def become_subreaper():
     """Orphaned grandchildren are re-parented to us instead of init, so kill_tree still finds them."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+        ok = libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
     except Exception:
+        ok = False
+    if ok and not _SUBREAPER:
+        _SUBREAPER.append(True)
+    return ok
+
+
+def surely_no_descendants():
+    """True when, as a subreaper whose tracked children are all reaped, we have no child at all:
+    then nothing of the ranks' trees is left (an orphan would have been re-parented to us). A cheap
+    test that spares the /proc scan after a clean session."""
+    if not _SUBREAPER:
         return False
+    try:
+        pid, _status = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False  # a child exists (or was an orphan zombie, now reaped): do the full sweep
 
 
 def _proc_table():
@@ -92,15 +111,18 @@ def tree_pids(roots):
     for pid, (ppid, _pgid, _sid, _state) in table.items():
         children.setdefault(ppid, []).append(pid)
     found = set()
+    me = os.getpid()
     stack = [p for p in roots if p in table]
     stack += [pid for pid, (_pp, _pg, sid, _st) in table.items() if sid in roots]
+    # Orphans of the ranks' trees are re-parented to us (subreaper), even those that left the
+    # rank's session: every child of ours is part of the run.
+    stack += children.get(me, [])
     while stack:
         pid = stack.pop()
         if pid in found:
             continue
         found.add(pid)
         stack.extend(children.get(pid, ()))
-    me = os.getpid()
     found.discard(me)
     return {pid for pid in found if table.get(pid, ("", "", "", "Z"))[3] != "Z"}
 

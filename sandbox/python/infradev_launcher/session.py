@@ -263,11 +263,13 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
     result.ended_at = time.time()
     if not ranks.done():
         killed = True
-    result.survivors = procs.kill_tree(ranks.roots(), cfg.kill_grace, ranks.tracked())
+    if killed or not procs.surely_no_descendants():
+        result.survivors = procs.kill_tree(ranks.roots(), cfg.kill_grace, ranks.tracked())
     wait_until = time.monotonic() + 5.0
     while not ranks.done() and time.monotonic() < wait_until:
         ranks.wait(0.1)
-    procs.reap_orphans(ranks.tracked())
+    if killed:
+        procs.reap_orphans(ranks.tracked())
     result.duration_s = time.monotonic() - t0
     result.exit_codes = ranks.exit_codes()
     result.final_states = _states(cfg.out_dir, cfg.nproc)

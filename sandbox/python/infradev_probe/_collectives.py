@@ -51,7 +51,13 @@ CANONICAL = {"_all_gather_base": "all_gather_into_tensor", "_reduce_scatter_base
 _lock = threading.Lock()
 # Active recorders. Replaced (never mutated) under _lock, so a wrapper reads it without locking.
 _active = ()
-_tls = threading.local()
+
+
+class _CallDepth(threading.local):
+    depth = 0  # > 0 while this thread is inside a counted op
+
+
+_tls = _CallDepth()
 _wrappers = {}  # id(original function) -> wrapper
 _originals = []  # keeps the originals alive so their ids stay unique
 _hook = None
@@ -102,7 +108,7 @@ def _make_wrapper(fn, op):
         active = _active
         # depth > 0: called from inside another counted op on this thread (an alias or a torch
         # function built on a public one) -- the outer call already counted it.
-        if not active or getattr(_tls, "depth", 0):
+        if not active or _tls.depth:
             return fn(*args, **kwargs)
         if param is None:
             nbytes = 0

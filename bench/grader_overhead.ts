@@ -1,0 +1,94 @@
+/**
+ * The grader's overhead: total time to grade one submission (gold's calibration already cached)
+ * against the time of the same pytest sessions launched directly with the rank launcher on an
+ * already prepared workspace. Target: ratio ≤ 1.2.
+ *
+ *   npx tsx bench/grader_overhead.ts [--task grad-bucketing] [--patch FILE] [--sandbox local|none] [--repeat 3]
+ *
+ * The two are interleaved `repeat` times (the machine is shared; interleaving spreads the noise over
+ * both) and the medians are compared.
+ */
+import { execa } from "execa";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { graderSandboxFactory } from "../cli/grade.js";
+import { calibrate } from "../grader/calibrate.js";
+import { taskContentHash } from "../grader/files.js";
+import { hardwareFingerprint } from "../grader/fingerprint.js";
+import { gradeSubmission } from "../grader/grade.js";
+import { planSessions } from "../grader/sessions.js";
+import { applyPatch } from "../grader/apply.js";
+import { freshWorkspace, installGradingTests, removeWorkspace } from "../grader/workspace.js";
+import { pythonHelpersDir } from "../lib/paths.js";
+import type { SandboxKind } from "../sandbox/types.js";
+import { loadGraderTask } from "../tasks/loader.js";
+
+const { values } = parseArgs({
+  options: {
+    task: { type: "string", default: "grad-bucketing" },
+    patch: { type: "string" },
+    sandbox: { type: "string", default: "local" },
+    repeat: { type: "string", default: "3" },
+  },
+});
+const task = loadGraderTask(values.task!);
+const patch = values.patch ?? task.hidden.goldenPatch;
+const repeat = Math.max(1, Number(values.repeat));
+const scratch = mkdtempSync(join(tmpdir(), "infradev-bench-grader-"));
+const calDir = join(scratch, "calibration");
+const factory = graderSandboxFactory(values.sandbox as SandboxKind, [scratch]);
+const spec = task.fullSpec;
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const log = (m: string) => process.stderr.write(`${m}\n`);
+
+try {
+  log(`calibrating ${task.id} (not timed)...`);
+  const fingerprint = await hardwareFingerprint(spec.env.python);
+  await calibrate({ task, cacheDir: calDir, sandboxFactory: factory, fingerprint, taskHash: taskContentHash(task.taskDir) });
+
+  const gradeTimes: number[] = [];
+  const directTimes: number[] = [];
+  for (let i = 0; i < repeat; i++) {
+    // 1. The grader, end to end, in a fresh results folder (nothing to reuse but the calibration).
+    let t0 = performance.now();
+    const out = await gradeSubmission({ task, patchFile: patch, outDir: join(scratch, `out${i}`), calibrationDir: calDir, sandboxFactory: factory });
+    gradeTimes.push((performance.now() - t0) / 1000);
+    log(`grade #${i + 1}: ${gradeTimes.at(-1)!.toFixed(2)} s (${out.result.status}, ${out.result.passed}/${out.result.n_cases} passed)`);
+
+    // 2. The same sessions, launched directly on a workspace prepared beforehand (preparation not timed).
+    const ws = await freshWorkspace(task);
+    const applied = await applyPatch(ws.repoDir, patch, ws.baseCommit);
+    if (!applied.applied) throw new Error(`bench: patch does not apply: ${applied.reason}`);
+    await installGradingTests(task, ws);
+    const plans = planSessions(task, ws.repoDir);
+    t0 = performance.now();
+    for (const [j, plan] of plans.entries()) {
+      await execa(
+        spec.env.python,
+        [
+          join(pythonHelpersDir(), "infradev_launch.py"),
+          "--nproc", String(spec.ranks),
+          "--out-dir", join(ws.repoDir, ".infradev", "direct", String(j)),
+          "--per-test-timeout", String(spec.timeout_sec),
+          "--run-timeout", String(spec.run_timeout_sec),
+          "--",
+          ...plan.pytestArgs,
+        ],
+        { cwd: ws.repoDir, env: plan.env, reject: false, stdin: "ignore" },
+      );
+    }
+    directTimes.push((performance.now() - t0) / 1000);
+    log(`direct #${i + 1}: ${directTimes.at(-1)!.toFixed(2)} s (${plans.length} launcher session(s))`);
+    removeWorkspace(ws);
+  }
+  const g = median(gradeTimes);
+  const d = median(directTimes);
+  process.stdout.write(
+    `${task.id}, ${values.sandbox} sandbox, ${repeat} interleaved run(s): grade ${g.toFixed(2)} s vs direct launcher ${d.toFixed(2)} s → overhead ratio ${(g / d).toFixed(3)}× (target ≤ 1.2×)\n`,
+  );
+} finally {
+  rmSync(scratch, { recursive: true, force: true });
+}
