@@ -36,6 +36,7 @@ export const RunShellOutput = z.object({
   duration_ms: z.number(),
   cwd: z.string(),
   isolated: z.boolean().describe("false only for the `none` sandbox: nothing is isolated"),
+  warning: z.string().nullable().describe("a line from the sandbox to pass on (e.g. that nothing is isolated)"),
 });
 
 export function registerRunShellTool(server: McpServer, deps: ToolDeps): void {
@@ -62,7 +63,7 @@ export function registerRunShellTool(server: McpServer, deps: ToolDeps): void {
       const res = await sandbox.exec(["bash", "-c", args.command], { cwd: cwd.path, timeoutSec, maxOutputBytes: MAX_OUTPUT_BYTES, signal: ctx.signal });
       const trace = { exit_code: res.exitCode, timed_out: res.timedOut, stdout_bytes: Buffer.byteLength(res.stdout), stderr_bytes: Buffer.byteLength(res.stderr) };
       if (res.harnessError) return { ...errorResult(`run_shell: the sandbox failed (not your command): ${res.harnessError}`), trace };
-      const logPath = res.logPath ? (hostToSandboxPath(res.logPath, sandbox.hostRepoDir, sandbox.repoDir) ?? res.logPath) : null;
+      const logPath = res.sandboxLogPath ?? (res.logPath ? (hostToSandboxPath(res.logPath, sandbox.hostRepoDir, sandbox.repoDir) ?? res.logPath) : null);
       const out: z.infer<typeof RunShellOutput> = {
         exit_code: res.exitCode,
         signal: res.signal,
@@ -75,13 +76,14 @@ export function registerRunShellTool(server: McpServer, deps: ToolDeps): void {
         duration_ms: res.durationMs,
         cwd: cwd.path,
         isolated: res.isolated,
+        warning: res.warning ?? null,
       };
       const head = res.timedOut
         ? `timed out after ${timeoutSec} s; the whole process tree was killed`
         : res.cancelled
           ? "cancelled; the whole process tree was killed"
           : `exit ${res.exitCode ?? `signal ${res.signal}`} in ${res.durationMs} ms`;
-      const parts = [`${head}${res.isolated ? "" : " [sandbox: none, NOT isolated]"}${res.truncated && logPath ? ` (output capped; full log: ${logPath})` : ""}`];
+      const parts = [`${head}${res.warning ? ` [${res.warning}]` : res.isolated ? "" : " [sandbox: none, NOT isolated]"}${res.truncated && logPath ? ` (output capped; full log: ${logPath})` : ""}`];
       if (res.stdout) parts.push(`--- stdout ---\n${capText(res.stdout, TEXT_STREAM_CHARS).text}`);
       if (res.stderr) parts.push(`--- stderr ---\n${capText(res.stderr, TEXT_STREAM_CHARS).text}`);
       const text = parts.join("\n");
