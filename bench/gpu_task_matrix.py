@@ -1,7 +1,7 @@
 """A task's acceptance matrix through the rank launcher: every variant x every mode, official tests + probes.
 
     python bench/gpu_task_matrix.py --task tasks/cuda-graph-decode --out OUT [--jobs N] [--env K=V ...]
-        [--variants golden,base,...] [--launcher builtin|torchrun]
+        [--variants golden,base,...] [--launcher builtin|torchrun] [--ranks N]
 
 Variants: golden, hollow, base (no patch) and every adversarial patch of hidden/adversarial/index.yaml.
 Each gets a fresh copy of the pre-PR snapshot, its patch (git apply, else patch -p1), the post-PR
@@ -170,10 +170,13 @@ def main(argv=None):
     parser.add_argument("--modes", default="", help="comma-separated subset of the task's modes")
     parser.add_argument("--launcher", default="builtin", choices=("builtin", "torchrun"))
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--ranks", type=int, default=0, help="override the task's rank count (e.g. 1 on a one-GPU node with NCCL)")
     args = parser.parse_args(argv)
 
     task_dir = os.path.abspath(args.task)
     spec, adversarial = load_task(task_dir)
+    if args.ranks:
+        spec["ranks"] = args.ranks
     modes = spec.get("modes") or {"default": {}}
     if args.modes:
         modes = {m: modes[m] for m in args.modes.split(",")}

@@ -9,7 +9,7 @@
  * both) and the medians are compared.
  */
 import { execa } from "execa";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -24,6 +24,7 @@ import { freshWorkspace, installGradingTests, removeWorkspace } from "../grader/
 import { pythonHelpersDir } from "../lib/paths.js";
 import type { SandboxKind } from "../sandbox/types.js";
 import { loadGraderTask } from "../tasks/loader.js";
+import type { SessionResult } from "../grader/types.js";
 
 const { values } = parseArgs({
   options: {
@@ -51,12 +52,17 @@ try {
 
   const gradeTimes: number[] = [];
   const directTimes: number[] = [];
+  const outside: number[] = [];
   for (let i = 0; i < repeat; i++) {
     // 1. The grader, end to end, in a fresh results folder (nothing to reuse but the calibration).
     let t0 = performance.now();
     const out = await gradeSubmission({ task, patchFile: patch, outDir: join(scratch, `out${i}`), calibrationDir: calDir, sandboxFactory: factory });
     gradeTimes.push((performance.now() - t0) / 1000);
-    log(`grade #${i + 1}: ${gradeTimes.at(-1)!.toFixed(2)} s (${out.result.status}, ${out.result.passed}/${out.result.n_cases} passed)`);
+    // What the grader spent outside its launcher sessions (snapshot, apply, tests in, sandbox, scoring).
+    const sessionsDir = join(out.artifactDir, "sessions");
+    const inSessions = readdirSync(sessionsDir).reduce((sum, f) => sum + (JSON.parse(readFileSync(join(sessionsDir, f), "utf8")) as SessionResult).duration_s, 0);
+    outside.push(gradeTimes.at(-1)! - inSessions);
+    log(`grade #${i + 1}: ${gradeTimes.at(-1)!.toFixed(2)} s, of which ${outside.at(-1)!.toFixed(2)} s outside the launcher (${out.result.status}, ${out.result.passed}/${out.result.n_cases} passed)`);
 
     // 2. The same sessions, launched directly on a workspace prepared beforehand (preparation not timed).
     const ws = await freshWorkspace(task);
@@ -87,7 +93,8 @@ try {
   const g = median(gradeTimes);
   const d = median(directTimes);
   process.stdout.write(
-    `${task.id}, ${values.sandbox} sandbox, ${repeat} interleaved run(s): grade ${g.toFixed(2)} s vs direct launcher ${d.toFixed(2)} s → overhead ratio ${(g / d).toFixed(3)}× (target ≤ 1.2×)\n`,
+    `${task.id}, ${values.sandbox} sandbox, ${repeat} interleaved run(s), medians: grade ${g.toFixed(2)} s vs direct launcher ${d.toFixed(2)} s → overhead ratio ${(g / d).toFixed(3)}× (target ≤ 1.2×); ` +
+      `grader time outside its launcher sessions ${median(outside).toFixed(2)} s (${((median(outside) / d) * 100).toFixed(1)}% of the direct run)\n`,
   );
 } finally {
   rmSync(scratch, { recursive: true, force: true });

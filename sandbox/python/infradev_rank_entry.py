@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,7 +35,7 @@ def main(argv):
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, forward)
     code = child.wait()
-    write_json_atomic(rank_file(out_dir, rank, "exit.json"), {"rank": rank, "code": code})
+    write_json_atomic(rank_file(out_dir, rank, "exit.json"), {"rank": rank, "code": code, "at": time.time()})
     return code if code >= 0 else 128 - code
 
 

@@ -1,5 +1,8 @@
 """The rank launcher with real gloo ranks: all-pass sessions, a hang, a crash, launch errors."""
 
+import os
+import sys
+
 import pytest
 
 from conftest import PG_FIXTURE, processes_mentioning
@@ -186,3 +189,22 @@ def test_leftover_processes_are_killed(scratch, tmp_path):
     run = scratch({"test_spawn.py": body}, 2)
     assert run.returncode == 0, run.stderr
     assert processes_mentioning(marker) == []
+
+
+FAKE_TORCHRUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_torchrun_python.py")
+
+
+def test_torchrun_path_crash_with_a_stand_in_torchrun(scratch, tmp_path, monkeypatch):
+    """The torchrun code path (rank entry wrapper, pid / exit files) against a torchrun stand-in."""
+    monkeypatch.setenv("INFRADEV_REAL_PYTHON", sys.executable)
+    run = scratch({"test_crash.py": CRASHING}, 2, "--launcher", "torchrun", "--no-fallback", "--python", FAKE_TORCHRUN,
+                  "--per-test-timeout", "30", "--grace", "2")
+    assert run.returncode == 2, run.stderr
+    assert run.launch["launcher"] == "torchrun"
+    [event] = run.launch["events"]
+    assert event["kind"] == "crash" and event["rank"] == 1 and event["test"] == "test_crash.py::test_crash"
+    assert event["exit_code"] == 3
+    r0, r1 = run.junit(0), run.junit(1)
+    assert r1["test_crash.py::test_crash"][0] == "error"
+    assert r0["test_crash.py::test_after"][0] == "passed" and r1["test_crash.py::test_after"][0] == "passed"
+    assert processes_mentioning(str(tmp_path)) == []

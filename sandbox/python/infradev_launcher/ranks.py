@@ -10,6 +10,7 @@ import os
 import queue
 import subprocess
 import threading
+import time
 
 from infradev_outputs import PYTEST_PREFIX, rank_file, read_json
 
@@ -36,6 +37,7 @@ class BuiltinRanks:
     def __init__(self, cfg, env, session):
         self._exits = queue.Queue()
         self._codes = [None] * cfg.nproc
+        self._times = [None] * cfg.nproc
         self.popens = []
         for rank in range(cfg.nproc):
             log = _open_log(cfg.out_dir, "rank%d.log" % rank, session)
@@ -59,7 +61,9 @@ class BuiltinRanks:
             threading.Thread(target=self._wait_one, args=(rank, popen), daemon=True).start()
 
     def _wait_one(self, rank, popen):
-        self._exits.put((rank, popen.wait()))
+        code = popen.wait()
+        self._times[rank] = time.time()
+        self._exits.put((rank, code))
 
     def wait(self, timeout):
         """Block until a rank exits or `timeout` s pass."""
@@ -77,6 +81,9 @@ class BuiltinRanks:
 
     def exit_codes(self):
         return list(self._codes)
+
+    def exit_times(self):
+        return list(self._times)
 
     def done(self):
         return all(c is not None for c in self._codes)
@@ -137,6 +144,9 @@ class TorchrunRanks:
             rec = self._entry(rank, "exit")
             codes.append(rec.get("code") if rec else None)
         return codes
+
+    def exit_times(self):
+        return [(self._entry(rank, "exit") or {}).get("at") for rank in range(self.cfg.nproc)]
 
     def done(self):
         return self._done.is_set()

@@ -241,9 +241,10 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
             result.event = make_event("run_timeout", rank, test, time.monotonic() - t_launch, detail, session, t_launch)
             result.stacks = dump_stacks(cfg.out_dir, ranks.signal_pids(), states, detail)
             break
+        times = ranks.exit_times()
         for rank, code in enumerate(codes):
             if code is not None and rank not in abnormal and not _finished(states[rank]):
-                abnormal[rank] = (now, code)
+                abnormal[rank] = (times[rank] or now, code)
         if abnormal:
             # The others would wait forever in a collective with the dead rank: give them `grace`.
             first = min(abnormal, key=lambda r: abnormal[r][0])
@@ -282,9 +283,10 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
         result.launch_error = "pytest usage error (exit 4) on rank %d: %s" % (usage[0], _log_tail(cfg.out_dir, usage[0]))
         return result
     if not killed:  # everyone exited by themselves: every unfinished exit is abnormal
+        times = ranks.exit_times()
         for rank, code in enumerate(result.exit_codes):
             if rank not in abnormal and not _finished(result.final_states[rank]):
-                abnormal[rank] = (time.time(), code)
+                abnormal[rank] = (times[rank] or time.time(), code)
     if abnormal:
         _classify_abnormal(cfg, result, abnormal, session, t_launch)
     return result
