@@ -118,6 +118,9 @@ export interface HostProcessOutcome {
  */
 export function runHostProcess(spec: HostProcessSpec): Promise<HostProcessOutcome> {
   const started = Date.now();
+  if (spec.signal?.aborted) {
+    return Promise.resolve({ exitCode: null, signal: null, timedOut: false, cancelled: true, durationMs: 0, ready: true, survivors: [] });
+  }
   return new Promise((resolve) => {
     let ready = !spec.readyFd;
     const stdio: Array<"ignore" | "pipe"> = ["ignore", "pipe", "pipe"];

@@ -3,7 +3,7 @@
  * read-write at /workspace, a private /tmp, no network but loopback, no capabilities, and every hidden
  * path that would be visible through a bind masked by an empty mount.
  */
-import { accessSync, constants, mkdirSync, mkdtempSync, realpathSync, rmSync, statSync } from "node:fs";
+import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, realpathSync, rmSync, statSync } from "node:fs";
 import { spawnSync } from "node:child_process";
 import { tmpdir } from "node:os";
 import { delimiter, join, posix, relative, resolve } from "node:path";
@@ -99,6 +99,8 @@ interface LocalConfig {
   hostRepoDir: string;
   python: string;
   staticArgs: string[];
+  /** After the masks (which need the root still writable to create mount points). */
+  finalArgs: string[];
   binds: Bind[];
   hidden: string[];
   env: Record<string, string>;
@@ -202,7 +204,12 @@ export class LocalSandbox implements Sandbox {
     binds.push({ kind: "rw", source: repo, realSource: repo, dest: LOCAL_WORKSPACE }, { kind: "ro", source: helpers, realSource: helpers, dest: LOCAL_PYTHON_HELPERS });
 
     for (const m of opts.readOnlyMounts ?? []) {
-      const bad = checkMountDest(m.sandbox);
+      const underSystem = system.binds.find((b) => isPathInside(b.dest, m.sandbox));
+      const bad =
+        checkMountDest(m.sandbox) ??
+        (underSystem && !existsSync(m.sandbox)
+          ? `sandbox path ${m.sandbox} lies inside the read-only ${underSystem.dest} and does not exist there; pick one under /opt or /mnt`
+          : null);
       const real = realpathOrNull(resolve(m.host));
       const fail = bad ?? (real === null ? `host path ${m.host} does not exist` : null);
       const within = real === null ? null : hiddenContaining(hidden, real);
@@ -214,11 +221,16 @@ export class LocalSandbox implements Sandbox {
       binds.push({ kind: "ro", source: real!, realSource: real!, dest: m.sandbox });
     }
 
+    // The sandbox's own root (a tmpfs bwrap made) read-only too: nothing outside /workspace, /tmp and
+    // /dev/shm takes a write, not even one that would vanish with the exec.
+    const rootReadOnly = ["--remount-ro", "/"];
+
     const sandbox = new LocalSandbox({
       bwrapPath,
       hostRepoDir: repo,
       python: opts.python ?? "/usr/bin/python3",
       staticArgs: args,
+      finalArgs: rootReadOnly,
       binds,
       hidden,
       env: { PATH: SAFE_PATH, LANG: "C.UTF-8", HOME: SANDBOX_HOME, TMPDIR: "/tmp", INFRADEV_SANDBOX: "local", ...opts.env },
@@ -234,7 +246,11 @@ export class LocalSandbox implements Sandbox {
     if (probe.harnessError || probe.exitCode !== 0) {
       await sandbox.close();
       const why = probe.harnessError ?? `probe exited ${probe.exitCode}: ${probe.stderr.trim()}`;
-      const hint = /namespace|uid map|not permitted|permission denied/i.test(why) ? NAMESPACE_HINT : INSTALL_HINT;
+      const hint = /namespace|uid map|not permitted|permission denied/i.test(why)
+        ? NAMESPACE_HINT
+        : /bwrap: /.test(why)
+          ? "Check the sandbox's mounts (hostRepoDir, readOnlyMounts) against the message above."
+          : INSTALL_HINT;
       throw new SandboxUnavailableError("local", `local sandbox: bwrap (${bwrapPath}) cannot build a sandbox on this machine: ${why}. ${hint}`);
     }
     if (opts.selfCheck) {
@@ -252,7 +268,7 @@ export class LocalSandbox implements Sandbox {
   bwrapCommand(argv: string[], opts: { cwd?: string } = {}): string[] {
     const cwd = posix.resolve(LOCAL_WORKSPACE, opts.cwd ?? ".");
     const masks = maskArgs(this.cfg.hidden, this.cfg.binds).args;
-    return [this.cfg.bwrapPath, ...this.cfg.staticArgs, ...masks, "--chdir", "/", "--", "/bin/sh", "-c", WRAPPER, cwd, ...argv];
+    return [this.cfg.bwrapPath, ...this.cfg.staticArgs, ...masks, ...this.cfg.finalArgs, "--chdir", "/", "--", "/bin/sh", "-c", WRAPPER, cwd, ...argv];
   }
 
   /** The environment every exec starts from (exec options' env goes over it). */
