@@ -3,12 +3,15 @@
  * hijacked attach, stdout/stderr demultiplexed), with the local backend's semantics: a timeout or
  * an abort kills the command's whole process tree *inside the container*, not just the exec.
  *
- * How the tree is found: the engine's runtime starts every exec as a session leader, so its process
- * group is the tree unless a descendant calls setsid. A two-line `sh` wrapper reports that pgid on
- * stderr (stripped before anyone sees it) and then `exec`s the argv, so the command keeps the pid.
- * Every exec also carries a marker variable (INFRADEV_EXEC_ID) that descendants inherit; the kill
- * signals the group first (one builtin, no fork: it works even when a fork bomb has used up the pids
- * limit), then sweeps /proc for the marker until nothing of the command is left.
+ * How the tree is found: a small `sh` wrapper runs the argv under `setsid`, so the command leads a
+ * fresh process group (and keeps its pid: the inner shell `exec`s it). The inner shell reports that
+ * pgid on stderr (stripped before anyone sees it) and in a file under the container's /tmp. When the
+ * command exits, the outer shell (its own stderr sent to /dev/null, so its job notices such as
+ * "Killed" never mix into the command's output) kills whatever is left in its group — as the local backend's pid
+ * namespace does — so a background child cannot outlive the command or hold its output open. Every
+ * exec also carries a marker variable (INFRADEV_EXEC_ID) that descendants inherit. On timeout or
+ * abort the group is killed first (one builtin, no fork: it works even when a fork bomb has used up
+ * the pids limit), then /proc is swept for the marker until nothing of the command is left.
  */
 import { randomUUID } from "node:crypto";
 import { Writable } from "node:stream";
@@ -18,7 +21,19 @@ import type { ExecOptions, ExecResult } from "./types.js";
 
 export const EXEC_MARKER_VAR = "INFRADEV_EXEC_ID";
 const PGID_RE = /^\x1einfradev-pgid:(\d+)\x1e\n/;
-const WRAPPER = ["/bin/sh", "-c", 'printf "\\036infradev-pgid:%s\\036\\n" "$$" >&2; exec "$@"', "infradev-exec"];
+const REPORT_PGID = 'printf "\\036infradev-pgid:%s\\036\\n" "$$" >&2';
+const WRAPPER_SCRIPT = `
+if command -v setsid >/dev/null 2>&1; then
+  f="/tmp/.infradev-exec.$${EXEC_MARKER_VAR}"
+  exec 3>&2 2>/dev/null
+  setsid /bin/sh -c 'exec 2>&3 3>&-; echo $$ >"$0" 2>/dev/null; ${REPORT_PGID}; exec "$@"' "$f" "$@"
+  rc=$?
+  if read g <"$f" 2>/dev/null; then kill -s KILL -- "-$g" 2>/dev/null; rm -f "$f"; fi
+  exit $rc
+fi
+${REPORT_PGID}; exec "$@"
+`;
+const WRAPPER = ["/bin/sh", "-c", WRAPPER_SCRIPT, "infradev-exec"];
 
 /** Kills the group named by $1 with the shell's builtin `kill`: no fork, so no free pid needed. */
 const KILL_GROUP = ["/bin/sh", "-c", 'kill -s KILL -- "-$1" "$1" 2>/dev/null; exit 0', "infradev-kill"];
@@ -59,8 +74,10 @@ export interface ContainerExecRequest extends ExecOptions {
   /** Absolute working directory inside the container. */
   workdir: string;
   sink: OutputSink;
-  /** Reads the container's memory cgroup OOM-kill counter (the sandbox owns the baseline). */
-  checkOom?: () => Promise<boolean>;
+  /** Asks the container's init loop to SIGKILL a process group; false when it cannot. */
+  killGroup?: (pgid: number) => boolean;
+  /** Tells an out-of-memory kill apart from other deaths (see docker-oom.ts). */
+  oom?: { mark(): number; killedDuring(mark: number, exitCode: number | null): Promise<boolean> };
 }
 
 /** A plain exec with captured output and no wrapper; for the harness's own short commands. */
@@ -123,20 +140,35 @@ async function exitCodeOf(exec: Docker.Exec, maxWaitMs = 5000): Promise<number |
   }
 }
 
-/** Kills the process tree of one exec: its group, then anything still carrying its marker. */
+/**
+ * Kills the process tree of one exec: its group, then anything still carrying its marker.
+ * `killGroup` asks the container's resident init loop to do the group kill (no new process needed:
+ * the only way in when a fork bomb holds every pid); without it, a `docker exec` does it.
+ */
 export async function killExecTree(
   container: Docker.Container,
   docker: Docker,
   execId: string,
   pgid: number | undefined,
+  killGroup?: (pgid: number) => boolean,
 ): Promise<{ left: string }> {
-  if (pgid !== undefined && pgid > 1) {
+  const groupKill = async (): Promise<void> => {
+    if (pgid === undefined || pgid <= 1) return;
+    if (killGroup?.(pgid)) return;
     await execSimple(container, docker, [...KILL_GROUP, String(pgid)], 10_000).catch(() => undefined);
+  };
+  let left = "unknown";
+  for (let attempt = 0; attempt < 10; attempt++) {
+    await groupKill();
+    const sweep = await execSimple(container, docker, ["/bin/sh", "-c", SWEEP_SCRIPT, "infradev-sweep", execId], 30_000).catch(
+      (err: Error) => ({ exitCode: null, stdout: `left=unknown (${err.message})`, stderr: "" }),
+    );
+    left = /left=(\S+)/.exec(sweep.stdout)?.[1] ?? "unknown";
+    if (sweep.exitCode === 0 && left === "0") break;
+    // The engine could not start the sweep (no free pid yet) or it ran out of rounds: try again.
+    await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
   }
-  const sweep = await execSimple(container, docker, ["/bin/sh", "-c", SWEEP_SCRIPT, "infradev-sweep", execId], 30_000).catch(
-    (err: Error) => ({ exitCode: null, stdout: `left=unknown (${err.message})`, stderr: "" }),
-  );
-  return { left: /left=(\S+)/.exec(sweep.stdout)?.[1] ?? "unknown" };
+  return { left };
 }
 
 /** Strips the wrapper's pgid line from the head of stderr, passing everything else through. */
@@ -176,6 +208,7 @@ export async function execInContainer(
   const started = Date.now();
   const execId = randomUUID();
   const { sink } = req;
+  const oomMark = req.oom?.mark() ?? 0;
   const base = { durationMs: 0, stdout: "", stderr: "", truncated: false };
 
   if (req.signal?.aborted) {
@@ -227,7 +260,7 @@ export async function execInContainer(
   const kill = (why: "timeout" | "abort"): void => {
     if (reason !== null) return;
     reason = why;
-    killing = killExecTree(container, docker, execId, pgidReader.pgid);
+    killing = killExecTree(container, docker, execId, pgidReader.pgid, req.killGroup);
     onKill();
   };
   const timer = req.timeoutSec !== undefined && req.timeoutSec > 0 ? setTimeout(() => kill("timeout"), req.timeoutSec * 1000) : undefined;
@@ -257,7 +290,7 @@ export async function execInContainer(
   }
   const finalReason = reason as "timeout" | "abort" | null;
   let oomKilled = false;
-  if (finalReason === null && exitCode !== 0 && req.checkOom) oomKilled = await req.checkOom().catch(() => false);
+  if (finalReason === null && exitCode !== 0 && req.oom) oomKilled = await req.oom.killedDuring(oomMark, exitCode).catch(() => false);
 
   const flushText = (which: "stdout" | "stderr"): void => {
     const tail = decoders[which].decode();

@@ -22,6 +22,15 @@ export const LABEL = {
   createdAt: "infradev.created_at",
 } as const;
 
+/**
+ * The container's main process: idle, except that it SIGKILLs any process group whose id arrives on
+ * its stdin (the sandbox keeps that stdin attached). `kill` is a shell builtin, so this works when
+ * a fork bomb has taken every pid and not even `docker exec` can start a process. stdin stays open
+ * when the attaching client goes away (StdinOnce false); on EOF anyway, it just idles.
+ */
+export const INIT_LOOP =
+  ': infradev-init; while :; do if read -r g; then case "$g" in ""|*[!0-9]*) ;; *) kill -s KILL -- "-$g" 2>/dev/null;; esac; else sleep 86400; fi; done';
+
 /** `all`, a count, or explicit device ids / UUIDs (as `docker run --gpus`). */
 export type GpuRequest = "all" | number | string[];
 
@@ -175,7 +184,9 @@ export function buildContainerSpec(input: ContainerSpecInput): Docker.ContainerC
     name: input.name,
     Image: input.image,
     // A long-lived idle process; `Init` puts the engine's tini in front of it to reap zombies.
-    Cmd: ["/bin/sh", "-c", "while :; do sleep 86400; done"],
+    Cmd: ["/bin/sh", "-c", INIT_LOOP],
+    OpenStdin: true,
+    StdinOnce: false,
     Entrypoint: [],
     WorkingDir: CONTAINER_WORKSPACE,
     User: input.user,

@@ -12,6 +12,7 @@
  */
 import { statSync } from "node:fs";
 import { hostname } from "node:os";
+import type { Duplex } from "node:stream";
 import { isAbsolute, join, posix, resolve } from "node:path";
 import type Docker from "dockerode";
 import { silentLogger, type Logger } from "../lib/logger.js";
@@ -24,7 +25,8 @@ import {
   ensureImage,
   explainStartError,
 } from "./docker-engine.js";
-import { execInContainer, execSimple } from "./docker-exec.js";
+import { execInContainer } from "./docker-exec.js";
+import { OomWatch } from "./docker-oom.js";
 import { createOutputSink } from "./docker-output.js";
 import { processStartTime } from "./docker-prune.js";
 import {
@@ -95,8 +97,6 @@ export class DockerSandbox implements Sandbox {
   readonly repoDir = CONTAINER_WORKSPACE;
   readonly pythonHelpersDir = CONTAINER_PYTHON_HELPERS;
   private closed = false;
-  private oomKillsSeen = 0;
-  private oomFlagSeen = false;
 
   constructor(
     readonly docker: Docker,
@@ -106,6 +106,8 @@ export class DockerSandbox implements Sandbox {
     readonly python: string,
     private readonly maxOutputBytes: number,
     private readonly logger: Logger,
+    private readonly oom: OomWatch,
+    private readonly initStdin: Duplex,
   ) {}
 
   get containerId(): string {
@@ -132,7 +134,8 @@ export class DockerSandbox implements Sandbox {
       argv,
       workdir,
       sink,
-      checkOom: () => this.claimOomKill(),
+      oom: this.oom,
+      killGroup: (pgid) => this.killGroup(pgid),
     });
     if (result.timedOut || result.oomKilled || result.harnessError) {
       this.logger.warn({ container: this.containerName, argv0: argv[0], timedOut: result.timedOut, oomKilled: result.oomKilled, harnessError: result.harnessError }, "docker exec ended abnormally");
@@ -140,33 +143,18 @@ export class DockerSandbox implements Sandbox {
     return { ...result, isolated: true };
   }
 
-  /**
-   * True when the container's memory cgroup has OOM-killed something since the last claim: the
-   * cgroup counter (v2 memory.events / v1 memory.oom_control), or the engine's sticky OOMKilled flag
-   * where the counter cannot be read.
-   */
-  private async claimOomKill(): Promise<boolean> {
-    const r = await execSimple(this.container, this.docker, [
-      "/bin/sh",
-      "-c",
-      "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null; exit 0",
-    ]);
-    const m = /^oom_kill (\d+)$/m.exec(r.stdout);
-    if (m) {
-      const n = Number(m[1]);
-      const fresh = n > this.oomKillsSeen;
-      this.oomKillsSeen = n;
-      return fresh;
-    }
-    const state = (await this.container.inspect()).State;
-    const fresh = state.OOMKilled && !this.oomFlagSeen;
-    this.oomFlagSeen = state.OOMKilled;
-    return fresh;
+  /** Hands a process-group kill to the container's init loop (see INIT_LOOP). */
+  private killGroup(pgid: number): boolean {
+    if (this.initStdin.destroyed || !this.initStdin.writable) return false;
+    this.initStdin.write(`${pgid}\n`);
+    return true;
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.oom.stop();
+    this.initStdin.destroy();
     try {
       await this.container.remove({ force: true, v: true });
     } catch (err) {
@@ -281,6 +269,19 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
     await container.remove({ force: true }).catch(() => undefined);
     throw explainStartError(err, spec.HostConfig?.DeviceRequests?.length ? true : false);
   }
+  const oom = new OomWatch(docker, container);
+  let initStdin: Duplex;
+  try {
+    await oom.start();
+    initStdin = (await container.attach({ stream: true, stdin: true, stdout: false, stderr: false, hijack: true })) as Duplex;
+    (initStdin as Duplex & { socket?: { unref(): void } }).socket?.unref();
+    initStdin.on("error", () => undefined);
+  } catch (err) {
+    oom.stop();
+    await container.remove({ force: true }).catch(() => undefined);
+    throw new DockerSandboxError(`docker sandbox: cannot attach to the container: ${(err as Error).message}`, "create_failed", { cause: err });
+  }
   logger.info({ container: name, image: opts.image, session: opts.sessionId, limits, gpus: opts.gpus }, "docker sandbox started");
-  return new DockerSandbox(docker, container, name, hostRepoDir, opts.python ?? "/usr/bin/python3", opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES, logger);
+  const python = opts.python ?? "/usr/bin/python3";
+  return new DockerSandbox(docker, container, name, hostRepoDir, python, opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES, logger, oom, initStdin);
 }

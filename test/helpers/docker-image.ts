@@ -77,3 +77,18 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     },
   );
 }
+
+/**
+ * How a docker suite should behave here: run when an engine answers; otherwise skip, unless
+ * INFRADEV_REQUIRE_DOCKER=1 (CI), in which case run and fail loudly in `beforeAll`.
+ */
+export async function dockerSuitePlan(): Promise<{ run: boolean; reachable: boolean; whyNot: string }> {
+  const reachable = await engineReachable();
+  const required = process.env.INFRADEV_REQUIRE_DOCKER === "1";
+  const where = process.env.DOCKER_HOST ? `DOCKER_HOST=${process.env.DOCKER_HOST}` : "/var/run/docker.sock";
+  return {
+    run: reachable || required,
+    reachable,
+    whyNot: `INFRADEV_REQUIRE_DOCKER=1 but no docker engine answers at ${where}: start dockerd (see .ci/docker-setup.sh)`,
+  };
+}
