@@ -105,8 +105,10 @@ export async function applyPatch(repoDir: string, patchFile: string, baseCommit:
   }
   let log = "";
   let lastError = "";
+  let dirty = false; // the workspace arrives fresh at base: only later attempts need a reset
   for (const attempt of attempts(patchFile)) {
-    await resetToBase(repoDir, baseCommit);
+    if (dirty) await resetToBase(repoDir, baseCommit);
+    dirty = true;
     let ok = true;
     for (const step of attempt.steps) {
       const r = await run(repoDir, step);

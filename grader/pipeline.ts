@@ -64,7 +64,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       writeJsonAtomic(join(artifactDir, "apply.json"), { applied: false, reason: applied.reason });
       return { kind: "inapplicable", reason: applied.reason };
     }
-    const install = await installGradingTests(task, ws);
+    const install = await installGradingTests(task, ws, applied.paths);
     writeJsonAtomic(join(artifactDir, "apply.json"), { applied: true, method: applied.method, paths: applied.paths, reverted_test_edits: install.reverted });
     opts.onProgress?.(`applied with ${applied.method}${install.reverted.length ? `; reverted ${install.reverted.length} edit(s) under the test dirs` : ""}`);
     const plans = planSessions(task, ws.repoDir, { combine: opts.combine });

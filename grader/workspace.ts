@@ -68,22 +68,24 @@ export interface TestInstall {
 }
 
 /**
- * Puts the grading tests in place: the submission's edits under each test dir are reverted to base
- * (files it added there are deleted), then each test dir's contents are replaced by the post-PR
- * tests (hidden/tests/<dir>, when the task has them) and the hidden probes go in as infradev_probes/.
+ * Puts the grading tests in place: the submission's edits under each test dir are undone — the dir
+ * is removed outright (files it added there go too) and replaced by the post-PR tests
+ * (hidden/tests/<dir>), or restored to base when the task has no post-PR version of it — and the
+ * hidden probes go in as infradev_probes/. `changed`: the paths the patch changed, when known.
  */
-export async function installGradingTests(task: GraderTask, ws: GradingWorkspace): Promise<TestInstall> {
+export async function installGradingTests(task: GraderTask, ws: GradingWorkspace, changed?: string[]): Promise<TestInstall> {
   const dirs = task.fullSpec.test_dirs.map((d) => d.replace(/\/+$/, ""));
-  const reverted = (await changedPaths(ws.repoDir)).filter((p) => dirs.some((d) => isUnder(p, d)));
+  const reverted = (changed ?? (await changedPaths(ws.repoDir))).filter((p) => dirs.some((d) => isUnder(p, d)));
   for (const d of dirs) {
+    // Whatever the submission left there goes; then the post-PR tests, or base's version of the dir.
     removePath(join(ws.repoDir, d));
-    const inBase = await execa("git", ["cat-file", "-e", `${ws.baseCommit}:${d}`], { cwd: ws.repoDir, reject: false });
-    if (inBase.exitCode === 0) await execa("git", ["checkout", ws.baseCommit, "--", d], { cwd: ws.repoDir });
     const postPr = join(task.hidden.testsDir, d);
     if (existsSync(postPr)) {
-      removePath(join(ws.repoDir, d));
       cpSync(postPr, join(ws.repoDir, d), { recursive: true, dereference: false, verbatimSymlinks: true });
+      continue;
     }
+    const inBase = await execa("git", ["cat-file", "-e", `${ws.baseCommit}:${d}`], { cwd: ws.repoDir, reject: false });
+    if (inBase.exitCode === 0) await execa("git", ["checkout", ws.baseCommit, "--", d], { cwd: ws.repoDir });
   }
   removePath(join(ws.repoDir, PROBES_DIR));
   cpSync(task.hidden.probesDir, join(ws.repoDir, PROBES_DIR), { recursive: true, dereference: false, verbatimSymlinks: true });
