@@ -175,7 +175,27 @@ def test_torchrun_falls_back_or_runs(scratch):
     assert run.launch["launcher_requested"] == "torchrun"
     if run.launch["launcher"] == "builtin":
         assert "fell back to the built-in launcher" in run.launch["notes"][0]
+    TORCHRUN_WORKS.append(run.launch["launcher"] == "torchrun")
     assert run.junit(1) == {"test_x.py::test_x": ("passed", "")}
+
+
+def test_real_torchrun_hang(scratch, tmp_path):
+    if not TORCHRUN_WORKS or not TORCHRUN_WORKS[0]:
+        pytest.skip("torchrun does not work here (the previous test fell back)")
+    run = scratch({"test_hang.py": HANGING}, 2, "--launcher", "torchrun", "--no-fallback", "--per-test-timeout", "5")
+    assert run.returncode == 2, run.stderr
+    assert run.launch["launcher"] == "torchrun"
+    event = run.launch["events"][0]
+    assert event["kind"] == "hang" and event["rank"] == 1 and event["test"] == "test_hang.py::test_hang"
+    r0, r1 = run.junit(0), run.junit(1)
+    assert r1["test_hang.py::test_hang"][0] == "error"
+    assert r0["test_hang.py::test_after"][0] == "passed" and r1["test_hang.py::test_after"][0] == "passed"
+    with open(run.out_dir + "/rank1.stacks.txt") as f:
+        assert "in test_hang" in f.read()
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+TORCHRUN_WORKS = []
 
 
 def test_leftover_processes_are_killed(scratch, tmp_path):
