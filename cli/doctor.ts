@@ -57,7 +57,7 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
   if (opts.skipSlow) args.push("--skip-slow");
   const r = await execa(python, args, { reject: false, stdin: "ignore", timeout: (opts.timeoutSec ?? 300) * 1000 });
   if (r.failed && r.exitCode === undefined) {
-    throw new Error(`doctor: could not run ${python} (${r.shortMessage.split("\n")[0]}); pass --python <interpreter> or set INFRADEV_PYTHON`);
+    throw new Error(`doctor: could not run ${python} (${(r.shortMessage ?? "").split("\n")[0]}); pass --python <interpreter> or set INFRADEV_PYTHON`);
   }
   try {
     return { ...(JSON.parse(r.stdout) as Omit<DoctorReport, "python">), python };
