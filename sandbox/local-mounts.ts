@@ -120,14 +120,19 @@ export function maskArgs(hiddenPaths: string[], binds: Bind[]): { args: string[]
 }
 
 /**
- * Which hidden path, if any, contains `hostPath`: a mount of something inside a hidden folder would
- * expose part of it, so it is refused.
+ * The hidden path that forbids binding `hostPath`, or null. A bind of something inside a hidden
+ * folder would expose part of it, so it is refused — unless that hidden folder also holds the
+ * workspace: that is a runs folder (runs/<id>/workspace beside runs/<id>/base), where binding the
+ * session's own parts is the caller's explicit choice. Equal to a hidden path is always refused.
+ * Hidden paths inside an allowed bind are still masked.
  */
-export function hiddenContaining(hiddenPaths: string[], hostPath: string): string | null {
+export function hiddenForbidding(hiddenPaths: string[], hostPath: string, workspace: string): string | null {
   const real = realpathOrNull(hostPath) ?? resolve(hostPath);
+  const realWorkspace = realpathOrNull(workspace) ?? resolve(workspace);
   for (const hidden of hiddenPaths) {
     const h = realpathOrNull(hidden) ?? resolve(hidden);
-    if (isPathInside(h, real)) return hidden;
+    if (h === real) return hidden;
+    if (isPathInside(h, real) && !isPathInside(h, realWorkspace)) return hidden;
   }
   return null;
 }

@@ -20,7 +20,7 @@ import {
   logHeaderLines,
   runHostProcess,
 } from "./exec-common.js";
-import { type Bind, type ReadOnlyMount, checkMountDest, hiddenContaining, maskArgs, nvidiaDevices, realpathOrNull, systemDirArgs } from "./local-mounts.js";
+import { type Bind, type ReadOnlyMount, checkMountDest, hiddenForbidding, maskArgs, nvidiaDevices, realpathOrNull, systemDirArgs } from "./local-mounts.js";
 import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
 import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
 
@@ -58,8 +58,9 @@ export interface LocalSandboxOptions {
   readOnlyMounts?: ReadOnlyMount[];
   /**
    * Host paths that must never be readable inside (a task's hidden/, other sessions' runs). The
-   * package's own tasks/ and runs/ folders are always added. A mount of something inside one is
-   * refused; one that lies inside a bound folder is masked.
+   * package's own tasks/ and runs/ folders are always added. One that lies inside a bound folder is
+   * masked. Binding something inside one is refused, except inside a hidden folder that also holds
+   * the workspace (a runs folder: the session's own base checkout may be bound from it).
    */
   hiddenPaths?: string[];
   /** Host folder for full logs. Default `<hostRepoDir>/.infradev/logs`. */
@@ -176,7 +177,7 @@ export class LocalSandbox implements Sandbox {
     for (const h of hidden) {
       if ((realpathOrNull(h) ?? h) === repo) throw new Error(`local sandbox: the workspace ${repo} is itself a hidden path`);
     }
-    const inHidden = hiddenContaining(hidden, helpers);
+    const inHidden = hiddenForbidding(hidden, helpers, repo);
     if (inHidden) throw new Error(`local sandbox: the python helpers ${helpers} lie inside hidden path ${inHidden}`);
 
     const system = systemDirArgs();
@@ -212,10 +213,11 @@ export class LocalSandbox implements Sandbox {
           : null);
       const real = realpathOrNull(resolve(m.host));
       const fail = bad ?? (real === null ? `host path ${m.host} does not exist` : null);
-      const within = real === null ? null : hiddenContaining(hidden, real);
+      const within = real === null ? null : hiddenForbidding(hidden, real, repo);
       if (fail || within) {
         if (sessionTmp) rmSync(sessionTmp, { recursive: true, force: true });
-        throw new Error(`local sandbox: read-only mount ${m.host} -> ${m.sandbox}: ${fail ?? `it lies inside hidden path ${within}`}`);
+        const why = fail ?? `it is, or lies inside, hidden path ${within}`;
+        throw new Error(`local sandbox: read-only mount ${m.host} -> ${m.sandbox}: ${why}`);
       }
       args.push("--ro-bind", real!, m.sandbox);
       binds.push({ kind: "ro", source: real!, realSource: real!, dest: m.sandbox });

@@ -171,10 +171,33 @@ describe("local sandbox: hidden paths", () => {
     }
   });
 
-  it("refuses a mount that lies inside a hidden path", async () => {
+  it("refuses a mount that is or lies inside a hidden path, unless that path is the runs folder holding the workspace", async () => {
     await expect(LocalSandbox.create({ hostRepoDir: workspace, hiddenPaths: [taskDir], readOnlyMounts: [{ host: join(taskDir, "hidden"), sandbox: "/opt/x" }] })).rejects.toThrow(
-      /inside hidden path/,
+      /lies inside, hidden path/,
     );
+    await expect(LocalSandbox.create({ hostRepoDir: workspace, hiddenPaths: [taskDir], readOnlyMounts: [{ host: taskDir, sandbox: "/opt/x" }] })).rejects.toThrow(
+      /hidden path/,
+    );
+    // runs/<id>/{workspace,base} with runs/ hidden: the session's own base may be bound, other runs stay masked.
+    const runs = join(base, "runs");
+    mkdirSync(join(runs, "me", "workspace"), { recursive: true });
+    mkdirSync(join(runs, "me", "base"), { recursive: true });
+    mkdirSync(join(runs, "other"), { recursive: true });
+    writeFileSync(join(runs, "me", "base", "base.txt"), "base\n");
+    writeFileSync(join(runs, "other", "patch.diff"), "other session\n");
+    const runSb = await LocalSandbox.create({
+      hostRepoDir: join(runs, "me", "workspace"),
+      hiddenPaths: [runs, taskDir],
+      readOnlyMounts: [{ host: join(runs, "me", "base"), sandbox: "/base" }, { host: base, sandbox: "/opt/harness" }],
+      selfCheck: true,
+    });
+    try {
+      const r = await runSb.exec(["bash", "-c", "cat /base/base.txt; cat /opt/harness/runs/other/patch.diff; ls -A /opt/harness/runs"]);
+      expect(r.stdout).toBe("base\n");
+      expect(r.stderr).toMatch(/No such file/);
+    } finally {
+      await runSb.close();
+    }
     await expect(LocalSandbox.create({ hostRepoDir: workspace, readOnlyMounts: [{ host: base, sandbox: "/workspace/x" }] })).rejects.toThrow(/collides with \/workspace/);
     await expect(LocalSandbox.create({ hostRepoDir: workspace, readOnlyMounts: [{ host: base, sandbox: "/usr/lib/infradev-nope" }] })).rejects.toThrow(
       /inside the read-only \/usr and does not exist/,
