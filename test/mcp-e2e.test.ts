@@ -157,22 +157,28 @@ describe.each(BACKENDS)("infradev serve --sandbox %s (grad-bucketing)", (backend
     it("cannot read any file of the task's hidden/ folder, by absolute path or relative escape", async () => {
       const golden = readFileSync(GOLDEN, "utf8");
       const marker = golden.split("\n").find((l) => l.startsWith("+") && l.length > 20 && !l.startsWith("+++"))!;
-      const attempts = [
-        ...hiddenFiles().slice(0, 40).map((f) => `cat ${JSON.stringify(f)}`),
-        `cat ${JSON.stringify(GOLDEN)}`,
-        "cat ../tasks/grad-bucketing/hidden/golden.patch",
-        "cat ../../../../../../../..$(printf %s " + JSON.stringify(GOLDEN) + ")",
-        `cd .. && cd .. && cat ./${GOLDEN.replace(/^\//, "")}`,
-        `ls -la ${JSON.stringify(bundledTasksDir())} ${JSON.stringify(join(ROOT, "tasks"))}`,
-        `ls -la ${JSON.stringify(runsDir)}`,
-        "find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -name golden.patch -print 2>/dev/null | head",
+      const rel = GOLDEN.replace(/^\//, "");
+      const targets = [
+        ...hiddenFiles(),
+        `../${rel}`,
+        `../../../../../../../../${rel}`,
+        `/opt/infradev/python/../../../${rel}`,
+        "../tasks/grad-bucketing/hidden/golden.patch",
+        "/workspace/../tasks/grad-bucketing/hidden/golden.patch",
       ];
-      for (const command of attempts) {
-        const r = await s.call("run_shell", { command, timeout_sec: 60 });
-        expect(r.structuredContent!.stdout, command).not.toContain(marker);
-        expect(r.structuredContent!.stdout, command).not.toContain("golden.patch");
-        if (!command.startsWith("find")) expect(r.structuredContent!.exit_code, command).not.toBe(0);
-      }
+      // One call tries them all: READ marks a path the sandbox could open.
+      const loop = `for f in ${targets.map((t) => JSON.stringify(t)).join(" ")}; do cat -- "$f" >/dev/null 2>&1 && echo "READ $f"; cat -- "$f" 2>/dev/null; done; exit 0`;
+      const r = await s.call("run_shell", { command: loop, timeout_sec: 120 });
+      expect(r.structuredContent!.exit_code).toBe(0);
+      expect(r.structuredContent!.stdout).not.toContain("READ ");
+      expect(r.structuredContent!.stdout).not.toContain(marker);
+      const listings = await s.call("run_shell", {
+        command:
+          `ls -la ${JSON.stringify(TASK_DIR)} ${JSON.stringify(bundledTasksDir())} ${JSON.stringify(join(ROOT, "tasks"))} ${JSON.stringify(runsDir)} 2>/dev/null; ` +
+          "find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -name golden.patch -print 2>/dev/null | head; exit 0",
+        timeout_sec: 120,
+      });
+      expect(listings.structuredContent!.stdout).not.toMatch(/golden\.patch|prompt\.md|session\.json|task\.yaml/);
     });
 
     it("cannot write outside the workspace; the base checkout is read-only", async () => {
@@ -288,7 +294,7 @@ describe("stdio hygiene", () => {
       send({ jsonrpc: "2.0", method: "notifications/initialized" });
       send({ jsonrpc: "2.0", id: 2, method: "tools/list" });
       send({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "run_shell", arguments: { command: "echo printed-by-the-sandbox; echo edit >> README.md; echo to-stderr >&2" } } });
-      send({ jsonrpc: "2.0", id: 4, method: "tools/call", params: { name: "pytest_collect", arguments: {} } });
+      send({ jsonrpc: "2.0", id: 4, method: "tools/call", params: { name: "get_diff", arguments: {} } });
       await waitFor(4);
       child.stdin.end();
       const code = await new Promise<number | null>((res) => child.on("exit", res));

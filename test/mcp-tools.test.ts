@@ -3,6 +3,7 @@
  * structured outputs), on a real session of grad-bucketing: run folder, git workspace, base
  * worktree. Commands run as plain processes here; isolation and multi-rank runs are the e2e suite's.
  */
+import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -108,6 +109,23 @@ describe("tools", () => {
     const slow = await call("run_shell", { command: "sleep 30", timeout_sec: 1 });
     expect(slow.isError).toBe(true);
     expect(slow.structuredContent).toMatchObject({ timed_out: true });
+  });
+
+  it("cancelling a call (notifications/cancelled) kills the command's process tree", async () => {
+    const ac = new AbortController();
+    const pending = client.callTool({ name: "run_shell", arguments: { command: "sleep 1019.5 & sleep 1019.75; wait" } }, undefined, { signal: ac.signal });
+    await new Promise((r) => setTimeout(r, 1000));
+    ac.abort("test");
+    await expect(pending).rejects.toThrow();
+    let alive = true;
+    let traced = false;
+    for (let i = 0; i < 100 && (alive || !traced); i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      alive = spawnSync("pgrep", ["-f", "sleep 1019"]).status === 0;
+      traced = readFileSync(s.session.session.tracePath, "utf8").includes('"cancelled":true');
+    }
+    expect(alive, "the sleeps survived the cancellation").toBe(false);
+    expect(traced, "the trace does not record the cancelled call").toBe(true);
   });
 
   it("pytest_collect is the gate: the count on base, then the file and message of a collection error", async () => {

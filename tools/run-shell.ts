@@ -61,7 +61,7 @@ export function registerRunShellTool(server: McpServer, deps: ToolDeps): void {
       if (!cwd.ok) return errorResult(`run_shell: cwd: ${cwd.error}`);
       const timeoutSec = args.timeout_sec ?? RUN_SHELL_DEFAULT_TIMEOUT_SEC;
       const res = await sandbox.exec(["bash", "-c", args.command], { cwd: cwd.path, timeoutSec, maxOutputBytes: MAX_OUTPUT_BYTES, signal: ctx.signal });
-      const trace = { exit_code: res.exitCode, timed_out: res.timedOut, stdout_bytes: Buffer.byteLength(res.stdout), stderr_bytes: Buffer.byteLength(res.stderr) };
+      const trace = { exit_code: res.exitCode, timed_out: res.timedOut, cancelled: res.cancelled, stdout_bytes: Buffer.byteLength(res.stdout), stderr_bytes: Buffer.byteLength(res.stderr) };
       if (res.harnessError) return { ...errorResult(`run_shell: the sandbox failed (not your command): ${res.harnessError}`), trace };
       const logPath = res.sandboxLogPath ?? (res.logPath ? (hostToSandboxPath(res.logPath, sandbox.hostRepoDir, sandbox.repoDir) ?? res.logPath) : null);
       const out: z.infer<typeof RunShellOutput> = {
