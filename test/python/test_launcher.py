@@ -182,7 +182,7 @@ def test_torchrun_falls_back_or_runs(scratch):
 def test_real_torchrun_hang(scratch, tmp_path):
     if not TORCHRUN_WORKS or not TORCHRUN_WORKS[0]:
         pytest.skip("torchrun does not work here (the previous test fell back)")
-    run = scratch({"test_hang.py": HANGING}, 2, "--launcher", "torchrun", "--no-fallback", "--per-test-timeout", "5")
+    run = scratch({"test_hang.py": HANGING}, 2, "--launcher", "torchrun", "--no-fallback", "--per-test-timeout", "3")
     assert run.returncode == 2, run.stderr
     assert run.launch["launcher"] == "torchrun"
     event = run.launch["events"][0]

@@ -29,11 +29,11 @@ def rss_method(request, monkeypatch):
 
 
 def test_peak_memory_of_a_64mib_tensor_then_a_smaller_block(rss_method):
-    with measure() as big:
+    with measure(memory="host") as big:
         x = torch.ones(64 * MiB // 4)  # ones: pages are touched, so they count in RSS
         time.sleep(0.03)  # lets the 5 ms sampler see it too
         del x
-    with measure() as small:
+    with measure(memory="host") as small:
         y = torch.ones(MiB // 4)
         time.sleep(0.03)
         del y
@@ -47,11 +47,11 @@ def test_peak_memory_of_a_64mib_tensor_then_a_smaller_block(rss_method):
 
 
 def test_nested_peak_survives_the_inner_reset(rss_method):
-    with measure() as outer:
+    with measure(memory="host") as outer:
         x = torch.ones(64 * MiB // 4)
         time.sleep(0.03)
         del x
-        with measure() as inner:
+        with measure(memory="host") as inner:
             pass
     assert outer.peak_memory_delta_bytes >= 64 * MiB - RSS_SLACK
     assert inner.peak_memory_delta_bytes < 16 * MiB
@@ -67,6 +67,11 @@ def test_patch_is_idempotent_and_shared_by_both_modules():
     for op, fn in before.items():
         assert getattr(dist, op) is fn and getattr(c10d, op) is fn
         assert fn._infradev_op == op
+
+
+def test_memory_choice_is_checked():
+    with pytest.raises(ValueError, match="memory"):
+        measure(memory="gpu")
 
 
 def test_no_counting_outside_a_measure():
@@ -86,4 +91,4 @@ def test_plugin_without_out_dir_only_registers_the_marker(tmp_path):
         cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("__")) == ["test_m.py"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("rank")] == []

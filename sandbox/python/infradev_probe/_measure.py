@@ -12,7 +12,10 @@ class Measurement:
     the other fields are set when the block exits.
     """
 
-    def __init__(self, device=None):
+    def __init__(self, device=None, memory="auto"):
+        if memory not in ("auto", "cuda", "host"):
+            raise ValueError("measure(memory=...) must be 'auto', 'cuda' or 'host' (got %r)" % (memory,))
+        self._memory = memory
         self.calls = collections.Counter()
         self.bytes = collections.Counter()
         self.wall_time_s = None
@@ -26,7 +29,9 @@ class Measurement:
         self._t0 = None
 
     def __enter__(self):
-        torch = _memory.cuda_module()
+        torch = _memory.cuda_module() if self._memory != "host" else None
+        if self._memory == "cuda" and torch is None:
+            torch = _memory.cuda_module(initialise=True)
         if torch is not None:
             self._tracker = _memory.CudaPeak(torch, self._device)
         else:
@@ -43,7 +48,7 @@ class Measurement:
         self.wall_time_s = _memory.now() - self._t0
         _collectives.pop_recorder(self)
         tracker = self._tracker
-        if tracker.kind == "host_rss" and torch is not None:
+        if tracker.kind == "host_rss" and torch is not None and self._memory == "auto":
             # The block initialised CUDA: its device memory is what matters, not host RSS.
             tracker.stop()
             tracker = _memory.LateCudaPeak(torch)
@@ -71,10 +76,13 @@ class Measurement:
         return "Measurement(%r)" % (self.as_dict(),)
 
 
-def measure(device=None):
+def measure(device=None, memory="auto"):
     """Context manager: `with measure() as m: ...` then m.calls["all_reduce"], m.bytes["all_reduce"],
     m.peak_memory_bytes, m.peak_memory_delta_bytes, m.wall_time_s, m.memory_kind ("cuda" |
-    "host_rss"), m.reserved_memory_bytes (CUDA only). device: the CUDA device to watch (default: the
-    current one)."""
+    "host_rss"), m.reserved_memory_bytes (CUDA only).
+
+    device: the CUDA device to watch (default: the current one). memory: "auto" (CUDA allocator when
+    this process has initialised CUDA, else host RSS), "host" (host RSS even with CUDA), "cuda"
+    (initialise CUDA if needed)."""
     _collectives.install()
-    return Measurement(device)
+    return Measurement(device, memory)

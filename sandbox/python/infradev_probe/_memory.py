@@ -109,8 +109,16 @@ class HostPeak:
         return peak, peak - self.start_bytes, None
 
 
-def cuda_module():
-    """torch, when this process has initialised CUDA; None otherwise (and torch is never imported here)."""
+def cuda_module(initialise=False):
+    """torch, when this process has initialised CUDA (or, with initialise, can); None otherwise.
+    Never imports torch unless initialise is asked for."""
+    if initialise:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("measure(memory='cuda'): no CUDA device is available")
+        torch.cuda.init()
+        return torch
     torch = sys.modules.get("torch")
     if torch is None:
         return None
