@@ -126,20 +126,22 @@ function yesNo(b: boolean | null): string {
   return b === null ? "n/a" : b ? "yes" : "no";
 }
 
-/** Labels of one result, counted: `numerical×3 [averaged-gradients]`, most frequent first. */
-export function labelSummary(result: GradeResult, promises: Record<string, string> = {}): string {
-  const counts = new Map<FailureLabel, { n: number; promises: Set<string> }>();
-  for (const c of result.cases) {
-    if (!c.label) continue;
-    const e = counts.get(c.label) ?? { n: 0, promises: new Set<string>() };
-    e.n++;
-    if (promises[c.id]) e.promises.add(promises[c.id]!);
-    counts.set(c.label, e);
-  }
+/** Labels of one result, counted, most frequent first: `numerical×3, state×1`. */
+export function labelSummary(result: GradeResult): string {
+  const counts = new Map<FailureLabel, number>();
+  for (const c of result.cases) if (c.label) counts.set(c.label, (counts.get(c.label) ?? 0) + 1);
   return [...counts.entries()]
-    .sort((a, b) => b[1].n - a[1].n || a[0].localeCompare(b[0]))
-    .map(([label, e]) => `${label}×${e.n}${e.promises.size ? ` [${[...e.promises].sort().join(", ")}]` : ""}`)
-    .join("; ");
+    .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
+    .map(([label, n]) => `${label}×${n}`)
+    .join(", ");
+}
+
+/** Per promise an adversarial patch declares to break: the labels of the failing probes of that promise. */
+export function caughtBy(row: Pick<DemoRow, "breaks" | "result" | "promises">): Array<{ promise: string; labels: FailureLabel[] }> {
+  return (row.breaks ?? []).map((promise) => ({
+    promise,
+    labels: [...new Set(row.result.cases.filter((c) => c.label && c.suite === "probe" && row.promises[c.id] === promise).map((c) => c.label!))].sort(),
+  }));
 }
 
 function resolvedCell(s: { resolved: boolean | null; resolved_strict: boolean | null }): string {
@@ -151,16 +153,19 @@ function pct(x: number | null): string {
   return x === null ? "n/a" : x.toFixed(3);
 }
 
-export const DEMO_HEADER = ["submission", "Set A resolved", "Set B resolved", "s_p A", "s_p B", "failure labels (gold passes, submission fails)"];
+export const DEMO_HEADER = ["submission", "Set A resolved", "Set B resolved", "s_p A", "s_p B", "failure labels (cases gold passes)", "declared promise → caught by"];
 
 /** The demo table's rows (pure; the CLI aligns them). */
 export function demoTableRows(report: DemoReport): string[][] {
   const rows = report.rows.map((r) => {
     const res = r.result;
-    const labels = res.status === "graded" ? labelSummary(res, r.promises) || "—" : `— (${res.status}${res.reason ? `: ${res.reason}` : ""})`;
-    return [`${r.task}:${r.name}`, resolvedCell(res.official), resolvedCell(res.with_probes), pct(res.official.score), pct(res.with_probes.score), labels];
+    const labels = res.status === "graded" ? labelSummary(res) || "—" : `— (${res.status}${res.reason ? `: ${res.reason}` : ""})`;
+    const caught = caughtBy(r)
+      .map((c) => `${c.promise} → ${c.labels.length ? c.labels.join(", ") : "NOT caught"}`)
+      .join("; ");
+    return [`${r.task}:${r.name}`, resolvedCell(res.official), resolvedCell(res.with_probes), pct(res.official.score), pct(res.with_probes.score), labels, caught];
   });
-  for (const n of report.notRunnable) rows.push([`${n.task} (all)`, "—", "—", "—", "—", `not run here: ${n.reason}`]);
+  for (const n of report.notRunnable) rows.push([`${n.task} (every submission)`, "—", "—", "—", "—", `not run here: ${n.reason}`, ""]);
   return rows;
 }
 
@@ -182,8 +187,8 @@ export function demoExpectationFailures(report: DemoReport): string[] {
     if (r.kind === "adversarial") {
       if (!res.official.resolved) out.push(`${who}: not resolved in Set A (an adversarial patch must pass the official tests)`);
       if (res.with_probes.resolved) out.push(`${who}: resolved in Set B (no probe caught it)`);
-      const caught = new Set(res.cases.filter((c) => c.label && c.suite === "probe").map((c) => r.promises[c.id]).filter(Boolean));
-      if (r.breaks && !r.breaks.some((p) => caught.has(p))) out.push(`${who}: no failing probe of the promises it breaks (${r.breaks.join(", ")}); caught: ${[...caught].join(", ") || "none"}`);
+      const caught = caughtBy(r);
+      if (caught.length && !caught.some((c) => c.labels.length)) out.push(`${who}: no failing probe of the promises it breaks (${r.breaks!.join(", ")})`);
     }
     if ((r.kind === "hollow" || r.kind === "empty") && (res.official.resolved || res.with_probes.resolved)) out.push(`${who}: resolved, but must not be`);
     if (r.kind === "empty" && (res.score !== 0 || res.official.score !== 0)) out.push(`${who}: scores ${res.score}, not exactly 0`);
