@@ -4,17 +4,25 @@
  * each failure into a message that says what to run.
  */
 import Docker from "dockerode";
+import { SandboxUnavailableError } from "./exec-common.js";
 
-/** A sandbox that could not be set up: a harness fault, never the agent's or the submission's. */
-export class DockerSandboxError extends Error {
+export type DockerSandboxErrorCode = "engine_unreachable" | "image_missing" | "gpu_unavailable" | "create_failed" | "bad_options";
+
+/**
+ * The docker sandbox could not be set up: a harness fault, never the agent's or the submission's.
+ * A SandboxUnavailableError (kind "docker"), so callers handle every backend's set-up failure alike;
+ * `code` says which fix applies.
+ */
+export class DockerSandboxError extends SandboxUnavailableError {
   readonly harnessFault = true;
   constructor(
     message: string,
-    readonly code: "engine_unreachable" | "image_missing" | "gpu_unavailable" | "create_failed" | "bad_options",
+    readonly code: DockerSandboxErrorCode,
     options?: { cause?: unknown },
   ) {
-    super(message, options);
+    super("docker", message);
     this.name = "DockerSandboxError";
+    if (options?.cause !== undefined) (this as { cause?: unknown }).cause = options.cause;
   }
 }
 

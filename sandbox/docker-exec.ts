@@ -7,22 +7,27 @@
  * fresh process group (and keeps its pid: the inner shell `exec`s it). The inner shell reports that
  * pgid on stderr (stripped before anyone sees it) and in a file under the container's /tmp. When the
  * command exits, the outer shell (its own stderr sent to /dev/null, so its job notices such as
- * "Killed" never mix into the command's output) kills whatever is left in its group — as the local backend's pid
- * namespace does — so a background child cannot outlive the command or hold its output open. Every
- * exec also carries a marker variable (INFRADEV_EXEC_ID) that descendants inherit. On timeout or
- * abort the group is killed first (one builtin, no fork: it works even when a fork bomb has used up
- * the pids limit), then /proc is swept for the marker until nothing of the command is left.
+ * "Killed" never mix into the command's output) kills whatever is left in its group — as the local
+ * backend's pid namespace does — so a background child cannot outlive the command or hold its output
+ * open. Every exec also carries a marker variable (INFRADEV_EXEC_ID) that descendants inherit.
+ *
+ * On timeout or abort: SIGTERM to the group, a grace period, then SIGKILL to the group and a sweep of
+ * /proc for the marker until nothing of the command is left. The group signals go through the
+ * container's resident init loop (see INIT_LOOP): a shell builtin, no new process, so they work even
+ * when a fork bomb holds every pid and the engine cannot start an exec.
  */
-import { randomUUID } from "node:crypto";
+import { constants } from "node:os";
 import { Writable } from "node:stream";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
-import type { ExecOptions, ExecResult } from "./types.js";
+import { watchDeadline } from "./exec-common.js";
+import type { OutputCapture } from "./output-capture.js";
 
 export const EXEC_MARKER_VAR = "INFRADEV_EXEC_ID";
 const PGID_RE = /^\x1einfradev-pgid:(\d+)\x1e\n/;
 const REPORT_PGID = 'printf "\\036infradev-pgid:%s\\036\\n" "$$" >&2';
 const WRAPPER_SCRIPT = `
+if [ -n "$HOME" ] && [ ! -d "$HOME" ]; then mkdir -p "$HOME" 2>/dev/null; fi
 if command -v setsid >/dev/null 2>&1; then
   f="/tmp/.infradev-exec.$${EXEC_MARKER_VAR}"
   exec 3>&2 2>/dev/null
@@ -35,8 +40,8 @@ ${REPORT_PGID}; exec "$@"
 `;
 const WRAPPER = ["/bin/sh", "-c", WRAPPER_SCRIPT, "infradev-exec"];
 
-/** Kills the group named by $1 with the shell's builtin `kill`: no fork, so no free pid needed. */
-const KILL_GROUP = ["/bin/sh", "-c", 'kill -s KILL -- "-$1" "$1" 2>/dev/null; exit 0', "infradev-kill"];
+/** Signals the group named by $2 with the shell's builtin `kill` (fallback when there is no init loop). */
+const SIGNAL_GROUP = ["/bin/sh", "-c", 'kill -s "$1" -- "-$2" 2>/dev/null; exit 0', "infradev-kill"];
 
 /**
  * Kills every process whose environment carries the marker, until none is left (a process may fork
@@ -60,42 +65,36 @@ while [ $round -lt 50 ]; do
   kill -s KILL $found 2>/dev/null
   round=$((round+1))
 done
-echo "left=unknown rounds=$round"; exit 1
+echo "left=$found rounds=$round"; exit 1
 `;
 
-/** Where captured output goes (the shared cap: head + tail kept, full log on the host). */
-export interface OutputSink {
-  write(stream: "stdout" | "stderr", chunk: Buffer): void;
-  finish(): Promise<{ stdout: string; stderr: string; truncated: boolean; logPath?: string }>;
-}
+export type GroupSignal = "TERM" | "KILL";
 
-export interface ContainerExecRequest extends ExecOptions {
+export interface ContainerExecRequest {
   argv: string[];
   /** Absolute working directory inside the container. */
   workdir: string;
-  sink: OutputSink;
-  /** Asks the container's init loop to SIGKILL a process group; false when it cannot. */
-  killGroup?: (pgid: number) => boolean;
+  env: Record<string, string>;
+  timeoutSec: number;
+  signal?: AbortSignal;
+  killGraceMs: number;
+  /** Receives the output (the shared cap + full log + onOutput). */
+  capture: OutputCapture;
+  execId: string;
+  /** Asks the container's init loop to signal a process group; false when it cannot. */
+  signalGroup?: (sig: GroupSignal, pgid: number) => boolean;
   /** Tells an out-of-memory kill apart from other deaths (see docker-oom.ts). */
   oom?: { mark(): number; killedDuring(mark: number, exitCode: number | null): Promise<boolean> };
 }
 
-/** A plain exec with captured output and no wrapper; for the harness's own short commands. */
-export async function execSimple(
-  container: Docker.Container,
-  docker: Docker,
-  argv: string[],
-  timeoutMs = 30_000,
-): Promise<{ exitCode: number | null; stdout: string; stderr: string }> {
-  const exec = await container.exec({ Cmd: argv, AttachStdout: true, AttachStderr: true, AttachStdin: false, Tty: false });
-  const stream = (await exec.start({ hijack: true, stdin: false })) as Duplex;
-  const out: Buffer[] = [];
-  const err: Buffer[] = [];
-  docker.modem.demuxStream(stream, collector((c) => out.push(c)), collector((c) => err.push(c)));
-  const ended = await waitForEnd(stream, timeoutMs);
-  if (!ended) stream.destroy();
-  const exitCode = await exitCodeOf(exec);
-  return { exitCode, stdout: Buffer.concat(out).toString("utf8"), stderr: Buffer.concat(err).toString("utf8") };
+export interface ContainerExecOutcome {
+  exitCode: number | null;
+  signal: string | null;
+  timedOut: boolean;
+  cancelled: boolean;
+  durationMs: number;
+  oomKilled: boolean;
+  harnessError?: string;
 }
 
 function collector(onChunk: (chunk: Buffer) => void): Writable {
@@ -140,35 +139,21 @@ async function exitCodeOf(exec: Docker.Exec, maxWaitMs = 5000): Promise<number |
   }
 }
 
-/**
- * Kills the process tree of one exec: its group, then anything still carrying its marker.
- * `killGroup` asks the container's resident init loop to do the group kill (no new process needed:
- * the only way in when a fork bomb holds every pid); without it, a `docker exec` does it.
- */
-export async function killExecTree(
+/** A plain exec with captured output and no wrapper; for the harness's own short commands. */
+export async function execSimple(
   container: Docker.Container,
   docker: Docker,
-  execId: string,
-  pgid: number | undefined,
-  killGroup?: (pgid: number) => boolean,
-): Promise<{ left: string }> {
-  const groupKill = async (): Promise<void> => {
-    if (pgid === undefined || pgid <= 1) return;
-    if (killGroup?.(pgid)) return;
-    await execSimple(container, docker, [...KILL_GROUP, String(pgid)], 10_000).catch(() => undefined);
-  };
-  let left = "unknown";
-  for (let attempt = 0; attempt < 10; attempt++) {
-    await groupKill();
-    const sweep = await execSimple(container, docker, ["/bin/sh", "-c", SWEEP_SCRIPT, "infradev-sweep", execId], 30_000).catch(
-      (err: Error) => ({ exitCode: null, stdout: `left=unknown (${err.message})`, stderr: "" }),
-    );
-    left = /left=(\S+)/.exec(sweep.stdout)?.[1] ?? "unknown";
-    if (sweep.exitCode === 0 && left === "0") break;
-    // The engine could not start the sweep (no free pid yet) or it ran out of rounds: try again.
-    await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
-  }
-  return { left };
+  argv: string[],
+  timeoutMs = 30_000,
+): Promise<{ exitCode: number | null; stdout: string; stderr: string }> {
+  const exec = await container.exec({ Cmd: argv, AttachStdout: true, AttachStderr: true, AttachStdin: false, Tty: false });
+  const stream = (await exec.start({ hijack: true, stdin: false })) as Duplex;
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  docker.modem.demuxStream(stream, collector((c) => out.push(c)), collector((c) => err.push(c)));
+  if (!(await waitForEnd(stream, timeoutMs))) stream.destroy();
+  const exitCode = await exitCodeOf(exec);
+  return { exitCode, stdout: Buffer.concat(out).toString("utf8"), stderr: Buffer.concat(err).toString("utf8") };
 }
 
 /** Strips the wrapper's pgid line from the head of stderr, passing everything else through. */
@@ -193,34 +178,55 @@ class PgidReader {
   }
 }
 
-function envArray(env: Record<string, string> | undefined, execId: string): string[] {
-  const out = Object.entries(env ?? {}).map(([k, v]) => `${k}=${v}`);
-  out.push(`${EXEC_MARKER_VAR}=${execId}`);
-  return out;
+function signalName(exitCode: number | null): string | null {
+  if (exitCode === null || exitCode <= 128) return null;
+  const n = exitCode - 128;
+  const name = Object.entries(constants.signals).find(([, v]) => v === n)?.[0];
+  return name ?? null;
 }
 
-/** Runs one command in the container; never throws for the command's own failures. */
-export async function execInContainer(
+/** Sends `sig` to the group (init loop, else an exec); then, for KILL, sweeps the marker. */
+async function signalTree(
   container: Docker.Container,
   docker: Docker,
   req: ContainerExecRequest,
-): Promise<Omit<ExecResult, "isolated">> {
-  const started = Date.now();
-  const execId = randomUUID();
-  const { sink } = req;
-  const oomMark = req.oom?.mark() ?? 0;
-  const base = { durationMs: 0, stdout: "", stderr: "", truncated: false };
+  pgid: number | undefined,
+  sig: GroupSignal,
+): Promise<void> {
+  if (pgid === undefined || pgid <= 1) return;
+  if (req.signalGroup?.(sig, pgid)) return;
+  await execSimple(container, docker, [...SIGNAL_GROUP, sig, String(pgid)], 10_000).catch(() => undefined);
+}
 
-  if (req.signal?.aborted) {
-    return { ...base, exitCode: null, signal: null, timedOut: false, cancelled: true };
+/** SIGKILL to the group and a marker sweep, repeated until nothing is left; returns survivors ("" when none). */
+async function killTreeHard(container: Docker.Container, docker: Docker, req: ContainerExecRequest, pgid: number | undefined): Promise<string> {
+  let left = "unknown";
+  for (let attempt = 0; attempt < 10; attempt++) {
+    await signalTree(container, docker, req, pgid, "KILL");
+    const sweep = await execSimple(container, docker, ["/bin/sh", "-c", SWEEP_SCRIPT, "infradev-sweep", req.execId], 30_000).catch(
+      (err: Error) => ({ exitCode: null, stdout: `left=unknown (${err.message})`, stderr: "" }),
+    );
+    left = /left=(.*) rounds=/.exec(sweep.stdout)?.[1]?.trim() ?? "unknown";
+    if (sweep.exitCode === 0 && left === "0") return "";
+    // The engine could not start the sweep (no free pid yet) or it ran out of rounds: try again.
+    await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
   }
+  return left;
+}
+
+/** Runs one command in the container; never throws for the command's own failures. */
+export async function execInContainer(container: Docker.Container, docker: Docker, req: ContainerExecRequest): Promise<ContainerExecOutcome> {
+  const started = Date.now();
+  const oomMark = req.oom?.mark() ?? 0;
+  const none = { exitCode: null, signal: null, timedOut: false, oomKilled: false };
+  if (req.signal?.aborted) return { ...none, cancelled: true, durationMs: 0 };
 
   let exec: Docker.Exec;
   let stream: Duplex;
   try {
     exec = await container.exec({
       Cmd: [...WRAPPER, ...req.argv],
-      Env: envArray(req.env, execId),
+      Env: [...Object.entries(req.env).map(([k, v]) => `${k}=${v}`), `${EXEC_MARKER_VAR}=${req.execId}`],
       WorkingDir: req.workdir,
       AttachStdin: false,
       AttachStdout: true,
@@ -229,56 +235,44 @@ export async function execInContainer(
     });
     stream = (await exec.start({ hijack: true, stdin: false })) as Duplex;
   } catch (err) {
-    const final = await sink.finish();
     return {
-      ...final,
-      exitCode: null,
-      signal: null,
-      timedOut: false,
+      ...none,
       cancelled: false,
       durationMs: Date.now() - started,
       harnessError: `docker sandbox: the engine refused the exec: ${(err as Error).message}`,
     };
   }
 
-  const decoders = { stdout: new TextDecoder("utf-8"), stderr: new TextDecoder("utf-8") };
-  const emit = (which: "stdout" | "stderr", chunk: Buffer): void => {
-    sink.write(which, chunk);
-    if (req.onOutput) {
-      const text = decoders[which].decode(chunk, { stream: true });
-      if (text) req.onOutput(text, which);
-    }
-  };
-  const pgidReader = new PgidReader((c) => emit("stderr", c));
-  docker.modem.demuxStream(stream, collector((c) => emit("stdout", c)), collector((c) => pgidReader.write(c)));
+  const pgidReader = new PgidReader((c) => req.capture.write("stderr", c));
+  docker.modem.demuxStream(stream, collector((c) => req.capture.write("stdout", c)), collector((c) => pgidReader.write(c)));
 
-  // Either the stream ends by itself, or the timeout / abort fires and we kill the tree.
-  let reason: "timeout" | "abort" | null = null;
-  let killing: Promise<unknown> | null = null;
-  let onKill: () => void = () => undefined;
-  const killRequested = new Promise<"kill">((resolve) => (onKill = () => resolve("kill")));
-  const kill = (why: "timeout" | "abort"): void => {
-    if (reason !== null) return;
-    reason = why;
-    killing = killExecTree(container, docker, execId, pgidReader.pgid, req.killGroup);
-    onKill();
-  };
-  const timer = req.timeoutSec !== undefined && req.timeoutSec > 0 ? setTimeout(() => kill("timeout"), req.timeoutSec * 1000) : undefined;
-  const onAbort = (): void => kill("abort");
-  req.signal?.addEventListener("abort", onAbort, { once: true });
+  let killing: Promise<string> | null = null;
+  let onFire: () => void = () => undefined;
+  const fired = new Promise<"fired">((resolve) => (onFire = () => resolve("fired")));
+  const deadline = watchDeadline({
+    timeoutSec: req.timeoutSec,
+    signal: req.signal,
+    onFire: () => {
+      killing = (async () => {
+        await signalTree(container, docker, req, pgidReader.pgid, "TERM");
+        await waitForEnd(stream, req.killGraceMs);
+        return killTreeHard(container, docker, req, pgidReader.pgid);
+      })();
+      onFire();
+    },
+  });
 
+  let survivors = "";
   try {
-    const first = await Promise.race([waitForEnd(stream), killRequested]);
-    if (first === "kill") {
-      await killing;
+    if ((await Promise.race([waitForEnd(stream), fired])) === "fired") {
+      survivors = await killing!;
       // The tree is dead; whatever still holds the pipe cannot outlive a few seconds.
       if (!(await waitForEnd(stream, 5000))) stream.destroy();
     }
   } finally {
-    clearTimeout(timer);
-    req.signal?.removeEventListener("abort", onAbort);
+    deadline.dispose();
   }
-  if (killing) await killing;
+  if (killing) survivors = await killing;
   pgidReader.flush();
 
   let exitCode: number | null = null;
@@ -288,27 +282,17 @@ export async function execInContainer(
   } catch (err) {
     harnessError = `docker sandbox: could not read the exit status: ${(err as Error).message}`;
   }
-  const finalReason = reason as "timeout" | "abort" | null;
-  let oomKilled = false;
-  if (finalReason === null && exitCode !== 0 && req.oom) oomKilled = await req.oom.killedDuring(oomMark, exitCode).catch(() => false);
+  if (survivors) harnessError = `processes survived the kill inside the container: ${survivors}`;
+  const killedByUs = deadline.timedOut || deadline.cancelled;
+  const oomKilled = !killedByUs && exitCode !== 0 && req.oom ? await req.oom.killedDuring(oomMark, exitCode).catch(() => false) : false;
 
-  const flushText = (which: "stdout" | "stderr"): void => {
-    const tail = decoders[which].decode();
-    if (tail && req.onOutput) req.onOutput(tail, which);
-  };
-  flushText("stdout");
-  flushText("stderr");
-  const final = await sink.finish();
-
-  const result: Omit<ExecResult, "isolated"> = {
-    ...final,
-    exitCode: finalReason ? null : exitCode,
-    signal: finalReason || oomKilled ? "SIGKILL" : null,
-    timedOut: finalReason === "timeout",
-    cancelled: finalReason === "abort",
+  return {
+    exitCode: killedByUs ? null : exitCode,
+    signal: killedByUs ? (signalName(exitCode) ?? "SIGKILL") : oomKilled ? "SIGKILL" : null,
+    timedOut: deadline.timedOut,
+    cancelled: deadline.cancelled,
     durationMs: Date.now() - started,
+    oomKilled,
+    ...(harnessError ? { harnessError } : {}),
   };
-  if (oomKilled) result.oomKilled = true;
-  if (harnessError) result.harnessError = harnessError;
-  return result;
 }

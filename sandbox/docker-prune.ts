@@ -61,7 +61,14 @@ export function ownerAlive(labels: Record<string, string>, thisHost = hostname()
   return now === undefined || now === recorded;
 }
 
-export async function pruneSandboxes(opts: PruneOptions = {}): Promise<{ removed: PrunedContainer[]; kept: number }> {
+export interface PruneResult {
+  removed: PrunedContainer[];
+  /** infradev containers left in place (live owner, another host's, or too young). */
+  kept: number;
+}
+
+/** Removes infradev containers whose owning process is gone (or all of them with `all`). */
+export async function pruneSandboxes(opts: PruneOptions = {}): Promise<PruneResult> {
   const docker = opts.docker ?? connectEngine();
   await ensureEngineReachable(docker);
   const list = await docker.listContainers({ all: true, filters: { label: [`${LABEL.managed}=true`] } });

@@ -4,7 +4,6 @@
  * every one of them is testable without a daemon (and without GPUs).
  */
 import { lstatSync, readlinkSync } from "node:fs";
-import { isAbsolute, relative, resolve } from "node:path";
 import type Docker from "dockerode";
 
 /** Where things live inside the container. Constant so probes and prompts can name them. */
@@ -23,13 +22,13 @@ export const LABEL = {
 } as const;
 
 /**
- * The container's main process: idle, except that it SIGKILLs any process group whose id arrives on
- * its stdin (the sandbox keeps that stdin attached). `kill` is a shell builtin, so this works when
- * a fork bomb has taken every pid and not even `docker exec` can start a process. stdin stays open
- * when the attaching client goes away (StdinOnce false); on EOF anyway, it just idles.
+ * The container's main process: idle, except that it sends a signal to any process group named on its
+ * stdin (`TERM 123` / `KILL 123`; the sandbox keeps that stdin attached). `kill` is a shell builtin,
+ * so this works when a fork bomb has taken every pid and not even `docker exec` can start a process.
+ * stdin stays open when the attaching client goes away (StdinOnce false); on EOF anyway, it idles.
  */
 export const INIT_LOOP =
-  ': infradev-init; while :; do if read -r g; then case "$g" in ""|*[!0-9]*) ;; *) kill -s KILL -- "-$g" 2>/dev/null;; esac; else sleep 86400; fi; done';
+  ": infradev-init; while :; do if read -r s g; then case \"$s\" in TERM|KILL) case \"$g\" in ''|*[!0-9]*) ;; *) kill -s \"$s\" -- \"-$g\" 2>/dev/null;; esac;; esac; else sleep 86400; fi; done";
 
 /** `all`, a count, or explicit device ids / UUIDs (as `docker run --gpus`). */
 export type GpuRequest = "all" | number | string[];
@@ -58,6 +57,7 @@ export interface ContainerSpecInput {
   limits: ResolvedLimits;
   network: "none" | "bridge";
   readOnlyRootfs: boolean;
+  masks: MaskPlan;
   /** `uid:gid` the container's processes run as (default: the host process's own ids). */
   user?: string;
   labels: Record<string, string>;
@@ -124,24 +124,10 @@ export function hostSystemMountPlan(): SystemMountPlan {
   return plan;
 }
 
-/** True when `a` equals `b` or lies inside it. */
-export function isInside(a: string, b: string): boolean {
-  const rel = relative(resolve(b), resolve(a));
-  return rel === "" || (!rel.startsWith("..") && !isAbsolute(rel));
-}
-
-/**
- * Refuses any mount that would expose a denied host path (a task's `hidden/`): the mount is the
- * denied path, lies inside it, or contains it.
- */
-export function checkMountsAgainstDenied(hostPaths: string[], denied: string[]): void {
-  for (const host of hostPaths) {
-    for (const d of denied) {
-      if (isInside(host, d) || isInside(d, host)) {
-        throw new Error(`docker sandbox: refusing to mount ${host}: it would expose ${d}, which must stay outside the sandbox`);
-      }
-    }
-  }
+/** Host paths to hide inside the container: an empty read-only tmpfs over a folder, /dev/null over a file. */
+export interface MaskPlan {
+  dirs: string[];
+  files: string[];
 }
 
 /** The full `POST /containers/create` body. */
@@ -152,6 +138,11 @@ export function buildContainerSpec(input: ContainerSpecInput): Docker.ContainerC
     ...input.readOnlyMounts.map((m) => `${m.host}:${m.sandbox}:ro`),
   ];
   if (input.hostSystemMounts) binds.push(...hostSystemMountPlan().binds.map((d) => `${d}:${d}:ro`));
+  binds.push(...input.masks.files.map((dest) => `/dev/null:${dest}:ro`));
+  const tmpfs: Record<string, string> = input.readOnlyRootfs
+    ? { "/tmp": "rw,nosuid,nodev,mode=1777", "/var/tmp": "rw,nosuid,nodev,mode=1777", "/run": "rw,nosuid,nodev,mode=755" }
+    : { "/tmp": "rw,nosuid,nodev,mode=1777" };
+  for (const dest of input.masks.dirs) tmpfs[dest] = "ro,nosuid,nodev,noexec,size=4k,mode=555";
 
   const { limits } = input;
   const memoryBytes = limits.memoryMb !== undefined ? Math.round(limits.memoryMb * 1024 * 1024) : undefined;
@@ -161,9 +152,7 @@ export function buildContainerSpec(input: ContainerSpecInput): Docker.ContainerC
     NetworkMode: input.network,
     ReadonlyRootfs: input.readOnlyRootfs,
     // /tmp is private and writable in every exec (as in the local backend); /dev/shm is ShmSize.
-    Tmpfs: input.readOnlyRootfs
-      ? { "/tmp": "rw,nosuid,nodev,mode=1777", "/var/tmp": "rw,nosuid,nodev,mode=1777", "/run": "rw,nosuid,nodev,mode=755" }
-      : { "/tmp": "rw,nosuid,nodev,mode=1777" },
+    Tmpfs: tmpfs,
     ShmSize: Math.round(limits.shmSizeMb * 1024 * 1024),
     CapDrop: ["ALL"],
     // Enough for a process to signal its own children and change its own files; nothing that

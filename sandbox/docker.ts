@@ -1,67 +1,59 @@
 /**
  * The `docker` sandbox backend: one container per session, commands through the Engine API.
  *
- *   const sb = await createDockerSandbox({ hostRepoDir, image, sessionId, kind: "agent", gpus: "all" });
+ *   const sb = await createDockerSandbox({ hostRepoDir, image, sessionId, purpose: "agent", gpus: "all" });
  *   const r = await sb.exec(["bash", "-lc", "pytest -q"], { timeoutSec: 600 });
  *   await sb.close();
  *
  * The workspace is bind-mounted read-write at /workspace, the package's python helpers read-only at
  * /opt/infradev/python, extra read-only mounts (harness, HF cache, shared envs) where asked, and
- * nothing else of the host. With a remote engine (DOCKER_HOST=tcp://, ssh://) the host paths are paths
- * on the engine's host: the workspace must be on a filesystem both hosts share.
+ * nothing else of the host; hidden paths inside any bound folder are masked. With a remote engine
+ * (DOCKER_HOST=tcp://, ssh://) the host paths are paths on the engine's host: the workspace must be on
+ * a filesystem both hosts share.
  */
 import { statSync } from "node:fs";
 import { hostname } from "node:os";
+import { join, posix, relative, resolve } from "node:path";
 import type { Duplex } from "node:stream";
-import { isAbsolute, join, posix, resolve } from "node:path";
 import type Docker from "dockerode";
 import { silentLogger, type Logger } from "../lib/logger.js";
-import { pythonHelpersDir } from "../lib/paths.js";
-import {
-  DockerSandboxError,
-  connectEngine,
-  engineResources,
-  ensureEngineReachable,
-  ensureImage,
-  explainStartError,
-} from "./docker-engine.js";
-import { execInContainer } from "./docker-exec.js";
+import { PathOutsideRootError, isPathInside, resolveInside } from "../lib/path-validation.js";
+import { packageRoot, pythonHelpersDir } from "../lib/paths.js";
+import { DockerSandboxError, connectEngine, engineResources, ensureEngineReachable, ensureImage, explainStartError } from "./docker-engine.js";
+import { execInContainer, type GroupSignal } from "./docker-exec.js";
+import { planDockerMounts } from "./docker-mounts.js";
 import { OomWatch } from "./docker-oom.js";
-import { createOutputSink } from "./docker-output.js";
 import { processStartTime } from "./docker-prune.js";
-import {
-  CONTAINER_PYTHON_HELPERS,
-  CONTAINER_WORKSPACE,
-  LABEL,
-  buildContainerSpec,
-  checkMountsAgainstDenied,
-  type GpuRequest,
-  type ReadOnlyMount,
-  type ResolvedLimits,
-} from "./docker-spec.js";
+import { CONTAINER_PYTHON_HELPERS, CONTAINER_WORKSPACE, LABEL, buildContainerSpec, type GpuRequest, type ResolvedLimits } from "./docker-spec.js";
+import { DEFAULT_KILL_GRACE_MS, DEFAULT_TIMEOUT_SEC, effectiveTimeoutSec, execResultFrom, logFooterLines, logHeaderLines } from "./exec-common.js";
+import { realpathOrNull, type ReadOnlyMount } from "./local-mounts.js";
+import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture, newExecId } from "./output-capture.js";
 import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
 
-export { DockerSandboxError } from "./docker-engine.js";
-export { pruneSandboxes, type PruneOptions, type PrunedContainer } from "./docker-prune.js";
-export { buildContainerSpec, gpuDeviceRequests, parseGpus, type GpuRequest, type ReadOnlyMount } from "./docker-spec.js";
+export { DockerSandboxError, type DockerSandboxErrorCode } from "./docker-engine.js";
+export { pruneSandboxes, type PruneOptions, type PruneResult, type PrunedContainer } from "./docker-prune.js";
+export { buildContainerSpec, gpuDeviceRequests, parseGpus, type GpuRequest } from "./docker-spec.js";
 
 export interface DockerSandboxOptions {
   /** The workspace on the host; bind-mounted read-write at /workspace. */
   hostRepoDir: string;
   /** Image to run (task.yaml `image:`, `--image`). Must already be on the engine unless `pull`. */
   image: string;
-  /** Session id; labels the container so prune and operators can tell sessions apart. */
+  /** Session id; names and labels the container so prune and operators can tell sessions apart. */
   sessionId: string;
-  /** Who the container serves: the agent's shell or the grader's fresh run. */
-  kind?: "agent" | "grader";
+  /** Who the container serves: the agent's shell or the grader's fresh run (label infradev.kind). */
+  purpose?: "agent" | "grader";
   /** Python interpreter inside the image (default /usr/bin/python3). */
   python?: string;
   /** Extra read-only binds: the harness, a Hugging Face cache, a shared environments dir. */
   readOnlyMounts?: ReadOnlyMount[];
-  /** Bind the host's /usr, /etc, /lib* read-only (for an image that is an empty root). */
+  /** Bind the host's /usr, /etc, /lib* read-only (for an image that is an empty root, like the test image). */
   hostSystemMounts?: boolean;
-  /** Host paths that must never be mounted (a task's `hidden/`): a mount that exposes one is refused. */
-  denyHostPaths?: string[];
+  /**
+   * Host paths never readable inside (a task's hidden/, other sessions' runs); the package's own
+   * tasks/ and runs/ are always added. A mount inside one is refused; one inside a bound folder is masked.
+   */
+  hiddenPaths?: string[];
   gpus?: GpuRequest;
   /** Hard memory limit (swap included). Default: 90% of the engine host's memory. */
   memoryMb?: number;
@@ -69,19 +61,25 @@ export interface DockerSandboxOptions {
   pidsLimit?: number;
   /** CPU quota in cores. Default: no quota. */
   cpus?: number;
-  /** /dev/shm size for NCCL / dataloaders. Default 8 GiB, or 1 GiB on hosts under 32 GiB. */
+  /** /dev/shm size for NCCL / dataloaders. Default 8 GiB, or 1 GiB on engine hosts under 32 GiB. */
   shmSizeMb?: number;
   network?: "none" | "bridge";
   /** Read-only root filesystem with a private tmpfs /tmp (default true, as in the local backend). */
   readOnlyRootfs?: boolean;
   /** `uid:gid` inside the container; default the host process's own, so workspace files stay the user's. */
   user?: string;
-  /** Base environment of every exec. */
+  /** Environment of every exec, over the image's and the base (LANG, HOME=/tmp/home, TMPDIR=/tmp). */
   env?: Record<string, string>;
   /** Extra labels (added to the infradev.* ones). */
   labels?: Record<string, string>;
-  /** Default output cap per exec (bytes). */
+  /** Host folder for full logs. Default `<hostRepoDir>/.infradev/logs`. */
+  logDir?: string;
+  /** Default output cap per exec (bytes). Default 64 KiB. */
   maxOutputBytes?: number;
+  /** Timeout of an exec that names none. Default 3600 s. */
+  defaultTimeoutSec?: number;
+  /** SIGTERM → SIGKILL delay when a tree is killed. Default 2000 ms. */
+  killGraceMs?: number;
   /** Try `docker pull` once when the image is missing (never implicitly). */
   pull?: boolean;
   pullTimeoutSec?: number;
@@ -90,71 +88,127 @@ export interface DockerSandboxOptions {
   logger?: Logger;
 }
 
-const DEFAULT_MAX_OUTPUT_BYTES = 256 * 1024;
+interface DockerSandboxConfig {
+  docker: Docker;
+  container: Docker.Container;
+  containerName: string;
+  hostRepoDir: string;
+  python: string;
+  logDir: string;
+  maxOutputBytes: number;
+  defaultTimeoutSec: number;
+  killGraceMs: number;
+  logger: Logger;
+  oom: OomWatch;
+  initStdin: Duplex;
+}
 
 export class DockerSandbox implements Sandbox {
   readonly kind = "docker" as const;
   readonly repoDir = CONTAINER_WORKSPACE;
   readonly pythonHelpersDir = CONTAINER_PYTHON_HELPERS;
+  readonly hostRepoDir: string;
+  readonly python: string;
+  readonly logDir: string;
+  readonly docker: Docker;
+  readonly container: Docker.Container;
+  readonly containerName: string;
+  private readonly running = new Map<AbortController, Promise<unknown>>();
   private closed = false;
 
-  constructor(
-    readonly docker: Docker,
-    readonly container: Docker.Container,
-    readonly containerName: string,
-    readonly hostRepoDir: string,
-    readonly python: string,
-    private readonly maxOutputBytes: number,
-    private readonly logger: Logger,
-    private readonly oom: OomWatch,
-    private readonly initStdin: Duplex,
-  ) {}
+  constructor(private readonly cfg: DockerSandboxConfig) {
+    this.hostRepoDir = cfg.hostRepoDir;
+    this.python = cfg.python;
+    this.logDir = cfg.logDir;
+    this.docker = cfg.docker;
+    this.container = cfg.container;
+    this.containerName = cfg.containerName;
+  }
 
   get containerId(): string {
     return this.container.id;
   }
 
-  toHostPath(sandboxPath: string): string {
-    if (sandboxPath.includes("\0")) throw new Error(`docker sandbox: path contains NUL: ${JSON.stringify(sandboxPath)}`);
-    const abs = posix.resolve(this.repoDir, sandboxPath);
-    const rel = posix.relative(this.repoDir, abs);
-    if (rel.startsWith("..") || posix.isAbsolute(rel)) {
-      throw new Error(`docker sandbox: ${sandboxPath} is outside the workspace ${this.repoDir}`);
-    }
-    return rel === "" ? this.hostRepoDir : join(this.hostRepoDir, ...rel.split("/"));
-  }
-
   async exec(argv: string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    if (this.closed) throw new Error(`docker sandbox: exec after close() (container ${this.containerName})`);
     if (argv.length === 0 || argv[0] === "") throw new Error("docker sandbox: exec needs a non-empty argv");
-    if (this.closed) throw new Error(`docker sandbox: container ${this.containerName} is closed`);
-    const workdir = opts.cwd ? posix.resolve(this.repoDir, opts.cwd) : this.repoDir;
-    const sink = createOutputSink(join(this.hostRepoDir, ".infradev", "logs"), opts.maxOutputBytes ?? this.maxOutputBytes);
-    const result = await execInContainer(this.container, this.docker, {
-      ...opts,
+    if (argv.some((a) => a.includes("\0"))) throw new Error("docker sandbox: an argv element contains a NUL byte");
+    const timeoutSec = effectiveTimeoutSec(opts.timeoutSec, this.cfg.defaultTimeoutSec);
+    const workdir = posix.resolve(CONTAINER_WORKSPACE, opts.cwd ?? ".");
+    const execId = newExecId();
+    const capture = new OutputCapture(
+      {
+        maxOutputBytes: opts.maxOutputBytes ?? this.cfg.maxOutputBytes,
+        logDir: this.cfg.logDir,
+        logHeader: [...logHeaderLines("docker", argv, workdir), `container: ${this.containerName}`],
+        onOutput: opts.onOutput,
+      },
+      execId,
+    );
+    const closer = new AbortController();
+    const signal = opts.signal ? AbortSignal.any([opts.signal, closer.signal]) : closer.signal;
+    const pending = execInContainer(this.container, this.docker, {
       argv,
       workdir,
-      sink,
-      oom: this.oom,
-      killGroup: (pgid) => this.killGroup(pgid),
+      env: opts.env ?? {},
+      timeoutSec,
+      signal,
+      killGraceMs: this.cfg.killGraceMs,
+      capture,
+      execId,
+      signalGroup: (sig, pgid) => this.signalGroup(sig, pgid),
+      oom: this.cfg.oom,
     });
-    if (result.timedOut || result.oomKilled || result.harnessError) {
-      this.logger.warn({ container: this.containerName, argv0: argv[0], timedOut: result.timedOut, oomKilled: result.oomKilled, harnessError: result.harnessError }, "docker exec ended abnormally");
+    this.running.set(closer, pending);
+    const outcome = await pending.finally(() => this.running.delete(closer));
+
+    const footer = logFooterLines(outcome, outcome.harnessError);
+    if (outcome.oomKilled) footer.push("killed by the container's memory limit (OOM)");
+    const captured = await capture.finish(footer);
+    if (outcome.timedOut || outcome.oomKilled || outcome.harnessError) {
+      this.cfg.logger.warn(
+        { container: this.containerName, argv0: argv[0], timedOut: outcome.timedOut, oomKilled: outcome.oomKilled, harnessError: outcome.harnessError },
+        "docker exec ended abnormally",
+      );
     }
-    return { ...result, isolated: true };
+    const sandboxLogPath = captured.logPath ? (this.toSandboxPath(captured.logPath) ?? undefined) : undefined;
+    const result = execResultFrom(outcome, captured, { isolated: true, sandboxLogPath, harnessError: outcome.harnessError });
+    if (outcome.oomKilled) result.oomKilled = true;
+    return result;
   }
 
-  /** Hands a process-group kill to the container's init loop (see INIT_LOOP). */
-  private killGroup(pgid: number): boolean {
-    if (this.initStdin.destroyed || !this.initStdin.writable) return false;
-    this.initStdin.write(`${pgid}\n`);
+  /** Hands a process-group signal to the container's init loop (see INIT_LOOP in docker-spec.ts). */
+  private signalGroup(sig: GroupSignal, pgid: number): boolean {
+    const stdin = this.cfg.initStdin;
+    if (stdin.destroyed || !stdin.writable) return false;
+    stdin.write(`${sig} ${pgid}\n`);
     return true;
   }
 
+  toHostPath(sandboxPath: string): string {
+    if (sandboxPath.includes("\0")) throw new PathOutsideRootError(CONTAINER_WORKSPACE, sandboxPath, "it contains a NUL byte");
+    const abs = posix.resolve(CONTAINER_WORKSPACE, sandboxPath);
+    if (!isPathInside(CONTAINER_WORKSPACE, abs)) throw new PathOutsideRootError(CONTAINER_WORKSPACE, sandboxPath, "it is outside the workspace");
+    // Through resolveInside: a symlink the command planted in the workspace cannot lead the host out.
+    return resolveInside(this.hostRepoDir, posix.relative(CONTAINER_WORKSPACE, abs) || ".");
+  }
+
+  /** The container's view of a host path inside the workspace, or null when the container cannot see it. */
+  toSandboxPath(hostPath: string): string | null {
+    const abs = resolve(hostPath);
+    if (!isPathInside(this.hostRepoDir, abs)) return null;
+    const rel = relative(this.hostRepoDir, abs);
+    return rel === "" ? CONTAINER_WORKSPACE : posix.join(CONTAINER_WORKSPACE, ...rel.split("/"));
+  }
+
+  /** Cancels every running exec (their trees are killed), then removes the container. Idempotent. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.oom.stop();
-    this.initStdin.destroy();
+    for (const closer of this.running.keys()) closer.abort();
+    await Promise.allSettled(this.running.values());
+    this.cfg.oom.stop();
+    this.cfg.initStdin.destroy();
     try {
       await this.container.remove({ force: true, v: true });
     } catch (err) {
@@ -167,14 +221,12 @@ function sanitizeName(s: string): string {
   return s.replace(/[^a-zA-Z0-9_.-]/g, "-").slice(0, 40) || "session";
 }
 
-function requireDir(path: string, what: string): void {
-  let ok = false;
-  try {
-    ok = statSync(path).isDirectory();
-  } catch {
-    ok = false;
+function realDir(path: string, what: string): string {
+  const real = realpathOrNull(resolve(path));
+  if (real === null || !statSync(real).isDirectory()) {
+    throw new DockerSandboxError(`docker sandbox: ${what} ${path} is not an existing folder on this host`, "bad_options");
   }
-  if (!ok) throw new DockerSandboxError(`docker sandbox: ${what} ${path} is not a directory on this host`, "bad_options");
+  return real;
 }
 
 function hostUser(): string | undefined {
@@ -182,11 +234,11 @@ function hostUser(): string | undefined {
 }
 
 async function resolveLimits(docker: Docker, opts: DockerSandboxOptions): Promise<ResolvedLimits> {
+  for (const [k, v] of Object.entries({ memoryMb: opts.memoryMb, pidsLimit: opts.pidsLimit, cpus: opts.cpus, shmSizeMb: opts.shmSizeMb })) {
+    if (v !== undefined && !(Number.isFinite(v) && v > 0)) throw new DockerSandboxError(`docker sandbox: ${k} must be a number > 0 (got ${v})`, "bad_options");
+  }
   const needInfo = opts.memoryMb === undefined || opts.shmSizeMb === undefined;
   const res = needInfo ? await engineResources(docker) : { memTotalMb: 0, ncpu: 0 };
-  for (const [k, v] of Object.entries({ memoryMb: opts.memoryMb, pidsLimit: opts.pidsLimit, cpus: opts.cpus, shmSizeMb: opts.shmSizeMb })) {
-    if (v !== undefined && !(v > 0)) throw new DockerSandboxError(`docker sandbox: ${k} must be > 0 (got ${v})`, "bad_options");
-  }
   return {
     memoryMb: opts.memoryMb ?? (res.memTotalMb > 0 ? Math.floor(res.memTotalMb * 0.9) : undefined),
     pidsLimit: opts.pidsLimit ?? 8192,
@@ -198,19 +250,14 @@ async function resolveLimits(docker: Docker, opts: DockerSandboxOptions): Promis
 /** Creates and starts the session's container; throws DockerSandboxError (a harness fault) with the fix. */
 export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<DockerSandbox> {
   const logger = opts.logger ?? silentLogger();
-  if (!isAbsolute(opts.hostRepoDir)) throw new DockerSandboxError(`docker sandbox: hostRepoDir must be absolute (got ${opts.hostRepoDir})`, "bad_options");
-  const hostRepoDir = resolve(opts.hostRepoDir);
-  requireDir(hostRepoDir, "the workspace");
-  const helpers = pythonHelpersDir();
-  requireDir(helpers, "the python helpers dir");
-  const readOnlyMounts = opts.readOnlyMounts ?? [];
-  for (const m of readOnlyMounts) {
-    if (!isAbsolute(m.host) || !posix.isAbsolute(m.sandbox)) {
-      throw new DockerSandboxError(`docker sandbox: read-only mount ${m.host} -> ${m.sandbox}: both paths must be absolute`, "bad_options");
-    }
-  }
+  const hostRepoDir = realDir(opts.hostRepoDir, "the workspace");
+  const helpers = realDir(pythonHelpersDir(), "the python helpers folder");
+  const pkg = packageRoot();
+  const hidden = [...(opts.hiddenPaths ?? []), join(pkg, "tasks"), join(pkg, "runs")].map((p) => resolve(p));
+  const hostSystemMounts = opts.hostSystemMounts ?? false;
+  let mounts;
   try {
-    checkMountsAgainstDenied([hostRepoDir, helpers, ...readOnlyMounts.map((m) => m.host)], opts.denyHostPaths ?? []);
+    mounts = planDockerMounts({ workspace: hostRepoDir, helpers, readOnlyMounts: opts.readOnlyMounts ?? [], hostSystemMounts, hidden });
   } catch (err) {
     throw new DockerSandboxError((err as Error).message, "bad_options");
   }
@@ -220,13 +267,13 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
   await ensureImage(docker, opts.image, { pull: opts.pull, pullTimeoutSec: opts.pullTimeoutSec });
   const limits = await resolveLimits(docker, opts);
 
-  const kind = opts.kind ?? "agent";
-  const name = `infradev-${kind}-${sanitizeName(opts.sessionId)}-${Math.random().toString(36).slice(2, 8)}`;
+  const purpose = opts.purpose ?? "agent";
+  const name = `infradev-${purpose}-${sanitizeName(opts.sessionId)}-${Math.random().toString(36).slice(2, 8)}`;
   const labels: Record<string, string> = {
     ...(opts.labels ?? {}),
     [LABEL.managed]: "true",
     [LABEL.session]: opts.sessionId,
-    [LABEL.kind]: kind,
+    [LABEL.kind]: purpose,
     [LABEL.pid]: String(process.pid),
     [LABEL.host]: hostname(),
     [LABEL.createdAt]: String(Math.floor(Date.now() / 1000)),
@@ -236,9 +283,11 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
 
   const readOnlyRootfs = opts.readOnlyRootfs ?? true;
   const env: Record<string, string> = {
+    LANG: "C.UTF-8",
+    HOME: "/tmp/home",
+    TMPDIR: "/tmp",
     INFRADEV_SANDBOX: "docker",
     INFRADEV_PYTHON_HELPERS: CONTAINER_PYTHON_HELPERS,
-    ...(readOnlyRootfs ? { HOME: "/tmp", TMPDIR: "/tmp" } : {}),
     ...(opts.env ?? {}),
   };
   const spec = buildContainerSpec({
@@ -246,12 +295,13 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
     name,
     hostRepoDir,
     hostPythonHelpersDir: helpers,
-    readOnlyMounts,
-    hostSystemMounts: opts.hostSystemMounts ?? false,
+    readOnlyMounts: mounts.readOnlyMounts,
+    hostSystemMounts,
     gpus: opts.gpus,
     limits,
     network: opts.network ?? "none",
     readOnlyRootfs,
+    masks: mounts.masks,
     user: opts.user ?? hostUser(),
     labels,
     env,
@@ -263,15 +313,14 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
   } catch (err) {
     throw new DockerSandboxError(`docker sandbox: the engine refused to create the container: ${(err as Error).message}`, "create_failed", { cause: err });
   }
-  try {
-    await container.start();
-  } catch (err) {
-    await container.remove({ force: true }).catch(() => undefined);
-    throw explainStartError(err, spec.HostConfig?.DeviceRequests?.length ? true : false);
-  }
   const oom = new OomWatch(docker, container);
   let initStdin: Duplex;
   try {
+    try {
+      await container.start();
+    } catch (err) {
+      throw explainStartError(err, (spec.HostConfig?.DeviceRequests?.length ?? 0) > 0);
+    }
     await oom.start();
     initStdin = (await container.attach({ stream: true, stdin: true, stdout: false, stderr: false, hijack: true })) as Duplex;
     (initStdin as Duplex & { socket?: { unref(): void } }).socket?.unref();
@@ -279,9 +328,22 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
   } catch (err) {
     oom.stop();
     await container.remove({ force: true }).catch(() => undefined);
-    throw new DockerSandboxError(`docker sandbox: cannot attach to the container: ${(err as Error).message}`, "create_failed", { cause: err });
+    if (err instanceof DockerSandboxError) throw err;
+    throw new DockerSandboxError(`docker sandbox: cannot attach to container ${name}: ${(err as Error).message}`, "create_failed", { cause: err });
   }
   logger.info({ container: name, image: opts.image, session: opts.sessionId, limits, gpus: opts.gpus }, "docker sandbox started");
-  const python = opts.python ?? "/usr/bin/python3";
-  return new DockerSandbox(docker, container, name, hostRepoDir, python, opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES, logger, oom, initStdin);
+  return new DockerSandbox({
+    docker,
+    container,
+    containerName: name,
+    hostRepoDir,
+    python: opts.python ?? "/usr/bin/python3",
+    logDir: resolve(opts.logDir ?? join(hostRepoDir, ".infradev", "logs")),
+    maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
+    defaultTimeoutSec: opts.defaultTimeoutSec ?? DEFAULT_TIMEOUT_SEC,
+    killGraceMs: opts.killGraceMs ?? DEFAULT_KILL_GRACE_MS,
+    logger,
+    oom,
+    initStdin,
+  });
 }

@@ -31,7 +31,9 @@ describe.skipIf(!plan.run)("docker sandbox: timeouts, pids, memory, multi-rank",
     const cmd = "sleep 1000 & setsid sleep 1001 & (trap '' TERM HUP; sleep 1002) & sleep 1003";
     const started = Date.now();
     const r = await sb.exec(["sh", "-c", cmd], { timeoutSec: 2 });
-    expect(r).toMatchObject({ timedOut: true, cancelled: false, exitCode: null, signal: "SIGKILL" });
+    expect(r).toMatchObject({ timedOut: true, cancelled: false, exitCode: null });
+    // SIGTERM first; what ignores it (the trap '' TERM subshell) gets SIGKILL after the grace.
+    expect(["SIGTERM", "SIGKILL"]).toContain(r.signal);
     expect(Date.now() - started).toBeLessThan(10_000);
     expect(await strayProcesses(sb)).toEqual([]);
   });

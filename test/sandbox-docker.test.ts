@@ -99,17 +99,28 @@ describe.skipIf(!plan.run)("docker sandbox: commands and isolation", () => {
     const mounts = (await sb.container.inspect()).Mounts.map((m) => m.Source);
     expect(mounts.some((m) => m.startsWith(task.hidden))).toBe(false);
     expect(mounts.filter((m) => m.startsWith(task.root)).sort()).toEqual([cacheDir, task.workspace].sort());
-    const grep = await sb.exec(["sh", "-c", `grep -rl ${SECRET} /workspace /tmp /opt /cache /home /root 2>/dev/null; true`]);
+    const grep = await sb.exec(["sh", "-c", `grep -rl --exclude-dir=.infradev ${SECRET} /workspace /tmp /opt /cache /home /root 2>/dev/null; true`]);
     expect(grep.stdout).toBe("");
   });
 
-  it("refuses to mount anything that would expose hidden/", async () => {
-    await expect(openTestSandbox(task, { readOnlyMounts: [{ host: task.root, sandbox: "/task" }] })).rejects.toMatchObject({
+  it("refuses a mount inside hidden/ and masks hidden/ inside a mounted folder", async () => {
+    await expect(openTestSandbox(task, { readOnlyMounts: [{ host: join(task.hidden, "probes"), sandbox: "/probes" }] })).rejects.toMatchObject({
       name: "DockerSandboxError",
+      kind: "docker",
       code: "bad_options",
       harnessFault: true,
-      message: expect.stringMatching(/refusing to mount .* would expose .*hidden/),
+      message: expect.stringMatching(/read-only mount .*probes -> \/probes: it lies inside hidden path/),
     });
+    const wide = await openTestSandbox(task, { readOnlyMounts: [{ host: task.root, sandbox: "/task" }], sessionId: `vitest-mask-${process.pid}` });
+    try {
+      const seen = await wide.exec(["sh", "-c", "cat /task/workspace/hello.py; ls -A /task/hidden | wc -l; cat /task/hidden/secret; true"]);
+      expect(seen.stdout).toBe("print('hello from the workspace')\n0\n");
+      expect(seen.stdout + seen.stderr).not.toContain(SECRET);
+      const write = await wide.exec(["sh", "-c", "echo x > /task/hidden/planted"]);
+      expect(write.exitCode).not.toBe(0);
+    } finally {
+      await wide.close();
+    }
   });
 
   it("cannot write outside the workspace (read-only root, system and helper mounts)", async () => {
