@@ -3,7 +3,7 @@
  * paths are masked inside those binds. Kept apart from process handling so it can be read (and
  * tested) as a plan.
  */
-import { lstatSync, readdirSync, readlinkSync, realpathSync, statSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readlinkSync, realpathSync, statSync } from "node:fs";
 import { posix, relative, resolve } from "node:path";
 import { isPathInside } from "../lib/path-validation.js";
 
@@ -135,4 +135,62 @@ export function hiddenForbidding(hiddenPaths: string[], hostPath: string, worksp
     if (isPathInside(h, real) && !isPathInside(h, realWorkspace)) return hidden;
   }
   return null;
+}
+
+export interface LocalMountInput {
+  /** Real path of the workspace (bound read-write at /workspace). */
+  workspace: string;
+  /** Real path of the package's sandbox/python (read-only at /opt/infradev/python). */
+  helpers: string;
+  readOnlyMounts: ReadOnlyMount[];
+  hidden: string[];
+  /** Device nodes to pass through; any at all also binds /sys read-only (NCCL, NVML read it). */
+  devices: string[];
+  /** Host folder bound at /tmp, or null for a fresh tmpfs. */
+  sessionTmp: string | null;
+}
+
+/**
+ * Every bind of the sandbox, in bwrap order (a mount inside another comes after it), or an Error
+ * naming the mount that is not allowed and why. Masks are not included: they are computed per exec.
+ */
+export function planLocalMounts(input: LocalMountInput): { args: string[]; binds: Bind[] } {
+  for (const h of input.hidden) {
+    if ((realpathOrNull(h) ?? h) === input.workspace) throw new Error(`the workspace ${input.workspace} is itself a hidden path`);
+  }
+  const inHidden = hiddenForbidding(input.hidden, input.helpers, input.workspace);
+  if (inHidden) throw new Error(`the python helpers ${input.helpers} lie inside hidden path ${inHidden}`);
+
+  const system = systemDirArgs();
+  const binds: Bind[] = [...system.binds];
+  const args = [...system.args, "--proc", "/proc", "--dev", "/dev"];
+  if (input.devices.length > 0) {
+    for (const d of input.devices) args.push("--dev-bind", d, d);
+    args.push("--ro-bind", "/sys", "/sys");
+    binds.push({ kind: "ro", source: "/sys", realSource: "/sys", dest: "/sys" });
+  }
+  if (input.sessionTmp) args.push("--bind", input.sessionTmp, "/tmp");
+  else args.push("--tmpfs", "/tmp", "--dir", "/tmp/home");
+  args.push("--bind", input.workspace, "/workspace", "--ro-bind", input.helpers, "/opt/infradev/python");
+  binds.push(
+    { kind: "rw", source: input.workspace, realSource: input.workspace, dest: "/workspace" },
+    { kind: "ro", source: input.helpers, realSource: input.helpers, dest: "/opt/infradev/python" },
+  );
+
+  for (const m of input.readOnlyMounts) {
+    const underSystem = system.binds.find((b) => isPathInside(b.dest, m.sandbox));
+    const real = realpathOrNull(resolve(m.host));
+    const within = real === null ? null : hiddenForbidding(input.hidden, real, input.workspace);
+    const why =
+      checkMountDest(m.sandbox) ??
+      (underSystem && !existsSync(m.sandbox)
+        ? `sandbox path ${m.sandbox} lies inside the read-only ${underSystem.dest} and does not exist there; pick one under /opt or /mnt`
+        : null) ??
+      (real === null ? `host path ${m.host} does not exist` : null) ??
+      (within ? `it is, or lies inside, hidden path ${within}` : null);
+    if (why) throw new Error(`read-only mount ${m.host} -> ${m.sandbox}: ${why}`);
+    args.push("--ro-bind", real!, m.sandbox);
+    binds.push({ kind: "ro", source: real!, realSource: real!, dest: m.sandbox });
+  }
+  return { args, binds };
 }

@@ -3,7 +3,7 @@
  * read-write at /workspace, a private /tmp, no network but loopback, no capabilities, and every hidden
  * path that would be visible through a bind masked by an empty mount.
  */
-import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, realpathSync, rmSync, statSync } from "node:fs";
+import { accessSync, constants, mkdirSync, mkdtempSync, realpathSync, rmSync, statSync } from "node:fs";
 import { spawnSync } from "node:child_process";
 import { tmpdir } from "node:os";
 import { delimiter, join, posix, relative, resolve } from "node:path";
@@ -20,7 +20,7 @@ import {
   logHeaderLines,
   runHostProcess,
 } from "./exec-common.js";
-import { type Bind, type ReadOnlyMount, checkMountDest, hiddenForbidding, maskArgs, nvidiaDevices, realpathOrNull, systemDirArgs } from "./local-mounts.js";
+import { type Bind, type ReadOnlyMount, maskArgs, nvidiaDevices, planLocalMounts, realpathOrNull } from "./local-mounts.js";
 import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
 import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
 
@@ -28,7 +28,7 @@ export type { ReadOnlyMount } from "./local-mounts.js";
 
 export const LOCAL_WORKSPACE = "/workspace";
 export const LOCAL_PYTHON_HELPERS = "/opt/infradev/python";
-const SANDBOX_HOME = "/tmp/home";
+const SANDBOX_HOME = "/tmp/home"; // created by planLocalMounts (tmpfs) or create() (session folder)
 const SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 const INSTALL_HINT =
@@ -169,71 +169,32 @@ export class LocalSandbox implements Sandbox {
 
     const repo = realpathOrNull(resolve(opts.hostRepoDir));
     if (repo === null || !statSync(repo).isDirectory()) throw new Error(`local sandbox: hostRepoDir ${opts.hostRepoDir} is not an existing folder`);
-    const helpers = realpathSync(pythonHelpersDir());
     const pkg = packageRoot();
     const hidden = [...(opts.hiddenPaths ?? []), join(pkg, "tasks"), join(pkg, "runs")].map((p) => resolve(p));
-
-    // The workspace may live inside a hidden folder (runs/<id>/workspace): only its own subtree is bound.
-    for (const h of hidden) {
-      if ((realpathOrNull(h) ?? h) === repo) throw new Error(`local sandbox: the workspace ${repo} is itself a hidden path`);
-    }
-    const inHidden = hiddenForbidding(hidden, helpers, repo);
-    if (inHidden) throw new Error(`local sandbox: the python helpers ${helpers} lie inside hidden path ${inHidden}`);
-
-    const system = systemDirArgs();
-    const binds: Bind[] = [...system.binds];
-    const args = ["--unshare-all", ...hardening, "--die-with-parent", "--new-session", ...system.args, "--proc", "/proc", "--dev", "/dev"];
 
     const wantGpu = opts.gpu ?? "auto";
     const devices = wantGpu === false ? [] : nvidiaDevices();
     if (wantGpu === true && devices.length === 0) throw new SandboxUnavailableError("local", "local sandbox: gpu: true but no /dev/nvidia* device exists on this host");
-    if (devices.length > 0) {
-      for (const d of devices) args.push("--dev-bind", d, d);
-      args.push("--ro-bind", "/sys", "/sys"); // NCCL and NVML read the PCI topology there
-      binds.push({ kind: "ro", source: "/sys", realSource: "/sys", dest: "/sys" });
-    }
 
     const sessionTmp = (opts.tmp ?? "session") === "session" ? mkdtempSync(join(tmpdir(), "infradev-local-")) : null;
-    if (sessionTmp) {
-      mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
-      args.push("--bind", sessionTmp, "/tmp");
-    } else {
-      args.push("--tmpfs", "/tmp", "--dir", SANDBOX_HOME);
+    if (sessionTmp) mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
+    let mounts: { args: string[]; binds: Bind[] };
+    try {
+      mounts = planLocalMounts({ workspace: repo, helpers: realpathSync(pythonHelpersDir()), readOnlyMounts: opts.readOnlyMounts ?? [], hidden, devices, sessionTmp });
+    } catch (e) {
+      if (sessionTmp) rmSync(sessionTmp, { recursive: true, force: true });
+      throw new Error(`local sandbox: ${(e as Error).message}`);
     }
-
-    args.push("--bind", repo, LOCAL_WORKSPACE, "--ro-bind", helpers, LOCAL_PYTHON_HELPERS);
-    binds.push({ kind: "rw", source: repo, realSource: repo, dest: LOCAL_WORKSPACE }, { kind: "ro", source: helpers, realSource: helpers, dest: LOCAL_PYTHON_HELPERS });
-
-    for (const m of opts.readOnlyMounts ?? []) {
-      const underSystem = system.binds.find((b) => isPathInside(b.dest, m.sandbox));
-      const bad =
-        checkMountDest(m.sandbox) ??
-        (underSystem && !existsSync(m.sandbox)
-          ? `sandbox path ${m.sandbox} lies inside the read-only ${underSystem.dest} and does not exist there; pick one under /opt or /mnt`
-          : null);
-      const real = realpathOrNull(resolve(m.host));
-      const fail = bad ?? (real === null ? `host path ${m.host} does not exist` : null);
-      const within = real === null ? null : hiddenForbidding(hidden, real, repo);
-      if (fail || within) {
-        if (sessionTmp) rmSync(sessionTmp, { recursive: true, force: true });
-        const why = fail ?? `it is, or lies inside, hidden path ${within}`;
-        throw new Error(`local sandbox: read-only mount ${m.host} -> ${m.sandbox}: ${why}`);
-      }
-      args.push("--ro-bind", real!, m.sandbox);
-      binds.push({ kind: "ro", source: real!, realSource: real!, dest: m.sandbox });
-    }
-
-    // The sandbox's own root (a tmpfs bwrap made) read-only too: nothing outside /workspace, /tmp and
-    // /dev/shm takes a write, not even one that would vanish with the exec.
-    const rootReadOnly = ["--remount-ro", "/"];
 
     const sandbox = new LocalSandbox({
       bwrapPath,
       hostRepoDir: repo,
       python: opts.python ?? "/usr/bin/python3",
-      staticArgs: args,
-      finalArgs: rootReadOnly,
-      binds,
+      staticArgs: ["--unshare-all", ...hardening, "--die-with-parent", "--new-session", ...mounts.args],
+      // The sandbox's own root (a tmpfs bwrap made) read-only too, after the masks have made their
+      // mount points: nothing outside /workspace, /tmp and /dev/shm takes a write.
+      finalArgs: ["--remount-ro", "/"],
+      binds: mounts.binds,
       hidden,
       env: { PATH: SAFE_PATH, LANG: "C.UTF-8", HOME: SANDBOX_HOME, TMPDIR: "/tmp", INFRADEV_SANDBOX: "local", ...opts.env },
       logDir: resolve(opts.logDir ?? join(repo, ".infradev", "logs")),
