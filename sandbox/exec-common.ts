@@ -142,6 +142,8 @@ export function runHostProcess(spec: HostProcessSpec): Promise<HostProcessOutcom
       },
     });
 
+    // A pipe error must not crash the server; the exit status still tells what happened.
+    for (const s of child.stdio) s?.on("error", () => undefined);
     child.stdout!.on("data", (c: Buffer) => spec.capture.write("stdout", c));
     child.stderr!.on("data", (c: Buffer) => spec.capture.write("stderr", c));
     if (spec.readyFd) (child.stdio[3] as Readable).on("data", () => (ready = true));
