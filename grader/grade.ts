@@ -1,4 +1,4 @@
-import { copyFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import type { GraderTask } from "../tasks/loader.js";
 import { HarnessFault, calibrate } from "./calibrate.js";
@@ -73,7 +73,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   const { task } = opts;
   const started = Date.now();
   const say = (msg: string) => opts.onProgress?.(msg);
-  const bytes = opts.patchFile !== null && existsSync(opts.patchFile) ? readFileSync(opts.patchFile) : null;
+  const bytes = opts.patchFile !== null && existsSync(opts.patchFile) && statSync(opts.patchFile).isFile() ? readFileSync(opts.patchFile) : null;
   const hash = submissionHash(bytes);
   const artifactDir = join(opts.outDir, task.id, hash);
   const taskHash = opts.taskHash ?? taskContentHash(task.taskDir);
@@ -109,7 +109,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   let reusedSessions: string[] = [];
   let harnessError: string | undefined;
   if (bytes === null) {
-    outcome = { task_id: task.id, status: "missing_patch", apply_method: null, reason: opts.patchFile ? `patch file ${opts.patchFile} does not exist` : "no patch was submitted" };
+    outcome = { task_id: task.id, status: "missing_patch", apply_method: null, reason: opts.patchFile ? `patch file ${opts.patchFile} does not exist or is not a file` : "no patch was submitted" };
   } else if (isEmptyPatch(bytes)) {
     outcome = { task_id: task.id, status: "empty_patch", apply_method: null, reason: "the patch is empty" };
   } else {

@@ -79,7 +79,7 @@ export function labelFailure(
     const err = collectionErrorFor(caseFile(id), collectionErrors);
     return structuralLabel(err?.error_type, err?.message) ?? "structural:collection";
   }
-  if (sub.reason === "hang") return "structural:hang";
+  if (sub.reason === "hang" || sub.reason === "run_timeout") return "structural:hang";
   if (sub.reason === "crash" || sub.reason === "missing") return "structural:crash";
   if (sub.outcome === "skipped") return "skipped";
   const structural = structuralLabel(sub.error_type, sub.message);

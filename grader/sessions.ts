@@ -87,14 +87,18 @@ function firstLine(s: string): string {
 }
 
 /** A merged case, slimmed to what scoring needs. */
-export function caseRecord(c: MergedCase, idPrefix: string): CaseRecord {
+export function caseRecord(c: MergedCase, idPrefix: string, launchStatus?: string | null): CaseRecord {
   const failing = c.ranks.find((r) => r.outcome === "error" || r.outcome === "failed") ?? c.ranks.find((r) => r.outcome === "missing");
   const errorType = failing ? exceptionType(failing.message, failing.excerpt) : undefined;
+  // The session ran out of time: the test it was on, and those it never reached, did not finish.
+  const outOfTime =
+    launchStatus === "run_timeout" && c.outcome !== "passed" && c.outcome !== "skipped" && (c.reason === "missing" || c.ranks.some((r) => r.message.startsWith("run_timeout")));
+  const reason = outOfTime ? "run_timeout" : c.reason;
   return {
     id: `${idPrefix}${c.id}`,
     suite: suiteOf(c.id),
     outcome: c.outcome,
-    ...(c.reason ? { reason: c.reason } : {}),
+    ...(reason ? { reason } : {}),
     ...(c.probe ? { probe: c.probe } : {}),
     ...(errorType ? { error_type: errorType } : {}),
     ...(failing && c.outcome !== "passed" && c.outcome !== "skipped" ? { message: firstLine(failing.message || failing.excerpt) } : {}),
@@ -175,7 +179,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       key,
       mode: plan.mode,
       session: plan.name,
-      cases: r.cases.map((c) => caseRecord(c, plan.idPrefix)),
+      cases: r.cases.map((c) => caseRecord(c, plan.idPrefix, r.launch?.status)),
       collection_errors: collectionErrors(r.launch, plan.idPrefix),
       launch_status: r.launch?.status ?? null,
       ...(r.harnessError ? { harness_error: r.harnessError } : {}),

@@ -50,8 +50,11 @@ export interface CaseRecord {
   id: string;
   suite: Suite;
   outcome: CaseOutcome;
-  /** hang / crash from the launcher's events; missing = absent on some rank; not_collected = absent everywhere. */
-  reason?: "hang" | "crash" | "missing" | "not_collected";
+  /**
+   * hang / crash from the launcher's events; missing = absent on some rank; not_collected = absent
+   * everywhere; run_timeout = not finished when the session ran out of its run_timeout_sec.
+   */
+  reason?: "hang" | "crash" | "missing" | "not_collected" | "run_timeout";
   probe?: ProbeMarker;
   /** Exception type of the first failing rank (`AttributeError`), when one could be read. */
   error_type?: string;

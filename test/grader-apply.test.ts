@@ -10,6 +10,7 @@ import { checkPatch } from "../grader/patch-check.js";
 import type { Calibration } from "../grader/types.js";
 import { freshWorkspace, installGradingTests, removeWorkspace, type GradingWorkspace } from "../grader/workspace.js";
 import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
+import { planSessions } from "../grader/sessions.js";
 
 const FIXTURES = join(import.meta.dirname, "fixtures", "grader", "tasks");
 const check = (text: string | Buffer) => checkPatch(typeof text === "string" ? Buffer.from(text) : text);
@@ -166,6 +167,30 @@ describe("applyPatch (real git, real patch)", () => {
   });
 });
 
+describe("bundled tasks (no ranks)", () => {
+  it("every golden, hollow and adversarial patch applies to a fresh snapshot; sessions are planned per mode", async () => {
+    for (const id of ["grad-bucketing", "cuda-graph-decode"]) {
+      const t = loadGraderTask(id);
+      const patches = [t.hidden.goldenPatch, t.hidden.hollowPatch!, ...t.hidden.adversarial.map((a) => a.patchPath)];
+      for (const p of patches) expect(checkPatch(readFileSync(p)).ok, p).toBe(true);
+      const w = await freshWorkspace(t);
+      try {
+        expect(await applyPatch(w.repoDir, t.hidden.goldenPatch, w.baseCommit)).toMatchObject({ applied: true, method: "git_apply" });
+        await installGradingTests(t, w);
+        const plans = planSessions(t, w.repoDir);
+        const modes = Object.keys(t.fullSpec.modes);
+        expect(plans.map((p) => p.mode)).toEqual(modes);
+        expect(plans.every((p) => p.name === "all" && p.pytestArgs.includes("infradev_probes"))).toBe(true);
+        // Case ids carry the mode only when there is more than one.
+        expect(plans.map((p) => p.idPrefix)).toEqual(modes.length > 1 ? modes.map((m) => `${m}/`) : [""]);
+        expect(planSessions(t, w.repoDir, { combine: false }).map((p) => `${p.mode}.${p.name}`)).toEqual(modes.flatMap((m) => [`${m}.official`, `${m}.probe`]));
+      } finally {
+        removeWorkspace(w);
+      }
+    }
+  });
+});
+
 describe("inapplicable submissions score 0 / N_p with the reason", () => {
   // A hand-made calibration: these submissions never reach a rank, so no gold run is needed.
   const calibration: Calibration = {
@@ -203,6 +228,14 @@ describe("inapplicable submissions score 0 / N_p with the reason", () => {
     expect(result).toMatchObject({ status: "inapplicable", patch_applied: false, apply_method: null, n_cases: 2, passed: 0, score: 0, resolved: false, resolved_strict: false });
     expect(result.reason).toMatch(why);
     expect(result.official.score).toBe(0);
+  });
+
+  it("a sandbox that cannot start is a harness fault: nothing scored, and not reused next time", async () => {
+    const first = await grade(task.hidden.goldenPatch);
+    expect(first.result).toMatchObject({ status: "harness_fault", patch_applied: true, apply_method: "git_apply", n_cases: 2, passed: null, score: null, resolved: null });
+    expect(first.result.reason).toMatch(/harness fault .*no sandbox may start/);
+    const again = await grade(task.hidden.goldenPatch);
+    expect(again.reused).toBe(false);
   });
 
   it("empty and missing patches", async () => {

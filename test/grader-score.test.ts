@@ -106,7 +106,9 @@ describe("failure labels (pure)", () => {
   it("maps structural causes first, then the probe's declared kind", () => {
     const f = (extra: Partial<CaseRecord>, kind?: string) => labelFailure("t.py::x", rec("t.py::x", "failed", extra), [], kind);
     expect(f({ reason: "hang", outcome: "error" })).toBe("structural:hang");
+    expect(f({ reason: "run_timeout", outcome: "failed" })).toBe("structural:hang");
     expect(f({ reason: "crash", outcome: "error" })).toBe("structural:crash");
+    expect(f({ reason: "missing", outcome: "failed" })).toBe("structural:crash");
     expect(f({ error_type: "ImportError" })).toBe("structural:import");
     expect(f({ error_type: "AttributeError" }, "numerical")).toBe("structural:attribute");
     expect(f({ error_type: "TypeError", message: "TypeError: __init__() got an unexpected keyword argument 'bucket_cap_mb'" })).toBe("structural:signature");
