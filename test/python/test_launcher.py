@@ -211,13 +211,32 @@ def test_leftover_processes_are_killed(scratch, tmp_path):
     assert processes_mentioning(marker) == []
 
 
+# Without torch (cheaper): rank 0 stands for a peer left waiting in a collective.
+CRASHING_NO_TORCH = '''
+import os
+import time
+
+
+def test_before():
+    pass
+
+
+def test_crash():
+    if os.environ["RANK"] == "1":
+        os._exit(3)
+    time.sleep(60)
+
+
+def test_after():
+    pass
+'''
 FAKE_TORCHRUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_torchrun_python.py")
 
 
 def test_torchrun_path_crash_with_a_stand_in_torchrun(scratch, tmp_path, monkeypatch):
     """The torchrun code path (rank entry wrapper, pid / exit files) against a torchrun stand-in."""
     monkeypatch.setenv("INFRADEV_REAL_PYTHON", sys.executable)
-    run = scratch({"test_crash.py": CRASHING}, 2, "--launcher", "torchrun", "--no-fallback", "--python", FAKE_TORCHRUN,
+    run = scratch({"test_crash.py": CRASHING_NO_TORCH}, 2, "--launcher", "torchrun", "--no-fallback", "--python", FAKE_TORCHRUN,
                   "--per-test-timeout", "30", "--grace", "2")
     assert run.returncode == 2, run.stderr
     assert run.launch["launcher"] == "torchrun"
