@@ -147,7 +147,6 @@ async function main(): Promise<void> {
     await client.close();
     await direct.close();
     rmSync(runsDir, { recursive: true, force: true });
-    rmSync(`${runsDir}-base`, { recursive: true, force: true });
   }
 }
 

@@ -10,7 +10,7 @@ import type { RunSession } from "../tools/support/deps.js";
  *
  *   session.json   task, base commit, submission state
  *   workspace/     the agent's repo (git, base committed)
- *   base           link to the pristine checkout of the base commit (server/base-checkout.ts)
+ *   base/          pristine checkout of the base commit (git worktree), read-only in the sandbox
  *   trace.jsonl    one line per tool call
  *   patch.diff     the patch (on submit, and on shutdown)
  */

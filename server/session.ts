@@ -5,7 +5,7 @@ import type { Sandbox, SandboxKind } from "../sandbox/types.js";
 import { loadPublicTask, resolveTaskDir, type PublicTask } from "../tasks/loader.js";
 import type { ToolDeps } from "../tools/index.js";
 import { workspaceDiff } from "../tools/support/workspace-diff.js";
-import { baseStoreDir, createBaseCheckout, existingBaseCheckout } from "./base-checkout.js";
+import { createBaseCheckout, existingBaseCheckout } from "./base-checkout.js";
 import { openRun, type RunDirSession } from "./run-dir.js";
 import { loadSkill } from "./skill.js";
 import { JsonlTrace } from "./trace.js";
@@ -63,7 +63,7 @@ export async function openSession(opts: SessionOptions): Promise<Session> {
     baseHost = existingBaseCheckout(paths.baseDir);
     if (!baseHost) opts.logger.warn({ base: paths.baseDir }, "the run's base checkout is gone; measure's compare_with_base is unavailable");
   } else {
-    baseHost = await createBaseCheckout(paths.workspaceDir, paths.baseDir, baseStoreDir(opts.runsDir, paths.runId), session.baseCommit);
+    baseHost = await createBaseCheckout(paths.workspaceDir, paths.baseDir, session.baseCommit);
   }
   const taskDir = resolveTaskDir(opts.taskId, opts.tasksRoot);
   const hiddenPaths = [...new Set([resolve(taskDir), resolve(opts.tasksRoot ?? bundledTasksDir()), bundledTasksDir(), resolve(opts.runsDir)])];

@@ -94,7 +94,6 @@ describe.each(BACKENDS)("infradev serve --sandbox %s (grad-bucketing)", (backend
   afterAll(async () => {
     await s?.client.close();
     rmSync(runsDir, { recursive: true, force: true });
-    rmSync(`${runsDir}-base`, { recursive: true, force: true });
   });
 
   it("lists every tool with annotations and an output schema", async () => {
@@ -270,7 +269,6 @@ describe.each(BACKENDS)("infradev serve --sandbox %s (grad-bucketing)", (backend
       expect(trace2.some((l) => l.event === "session_resume")).toBe(true);
     } finally {
       rmSync(dir, { recursive: true, force: true });
-      rmSync(`${dir}-base`, { recursive: true, force: true });
     }
   });
 });
@@ -306,7 +304,6 @@ describe("stdio hygiene", () => {
       expect(readFileSync(join(onlyRun(dir), "patch.diff"), "utf8")).toContain("+edit");
     } finally {
       rmSync(dir, { recursive: true, force: true });
-      rmSync(`${dir}-base`, { recursive: true, force: true });
     }
   });
 });

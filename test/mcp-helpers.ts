@@ -52,7 +52,6 @@ export async function openInMemorySession(opts: { taskId: string; tasksRoot?: st
       await server.close();
       if (!opts.runsDir) {
         rmSync(runsDir, { recursive: true, force: true });
-        rmSync(`${runsDir}-base`, { recursive: true, force: true });
       }
     },
   };
