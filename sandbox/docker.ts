@@ -347,3 +347,33 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
     initStdin,
   });
 }
+
+/** What `createSandbox({ kind: "docker", ... })` accepts: image, GPUs and session id may come from the request's task. */
+export type DockerRequestOptions = Omit<DockerSandboxOptions, "image" | "sessionId"> & {
+  image?: string;
+  sessionId?: string;
+  /** The task (public or grader view); its `spec.image` and `spec.gpus` are the defaults. */
+  task?: unknown;
+};
+
+/** The factory's docker case: fills image / GPUs from the task (`image:`, `gpus:` in task.yaml) unless given. */
+export function createDockerSandboxFromRequest(req: DockerRequestOptions): Promise<DockerSandbox> {
+  const { task, image, gpus, sessionId, ...rest } = req;
+  const spec = (task as { spec?: { image?: string; gpus?: GpuRequest; id?: string }; id?: string } | undefined)?.spec;
+  const chosen = image ?? spec?.image;
+  if (!chosen) {
+    const which = (task as { id?: string } | undefined)?.id;
+    return Promise.reject(
+      new DockerSandboxError(
+        `docker sandbox: no image to run${which ? ` for task ${which}` : ""}: set \`image:\` in task.yaml or pass --image <image>`,
+        "bad_options",
+      ),
+    );
+  }
+  return createDockerSandbox({
+    ...rest,
+    image: chosen,
+    gpus: gpus ?? spec?.gpus,
+    sessionId: sessionId ?? `session-${process.pid}-${Date.now()}`,
+  });
+}

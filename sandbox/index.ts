@@ -3,7 +3,7 @@
  * SandboxUnavailableError, and the caller decides what to do.
  */
 import type { Logger } from "../lib/logger.js";
-import { SandboxUnavailableError } from "./exec-common.js";
+import { createDockerSandboxFromRequest, type DockerRequestOptions } from "./docker.js";
 import { createLocalSandbox, type LocalSandboxOptions, type ReadOnlyMount } from "./local.js";
 import { createNoneSandbox, type NoneSandboxOptions } from "./none.js";
 import type { Sandbox } from "./types.js";
@@ -31,8 +31,7 @@ export interface SandboxRequestCommon {
 export type CreateSandboxOptions =
   | ({ kind: "local" } & SandboxRequestCommon & LocalSandboxOptions)
   | ({ kind: "none" } & SandboxRequestCommon & NoneSandboxOptions)
-  // TODO(docker): add `& DockerSandboxOptions` (from ./docker.js) to this member.
-  | ({ kind: "docker" } & SandboxRequestCommon);
+  | ({ kind: "docker" } & SandboxRequestCommon & DockerRequestOptions);
 
 export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox> {
   switch (opts.kind) {
@@ -44,9 +43,10 @@ export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox
       const { kind: _kind, sessionId: _s, task: _t, purpose: _p, readOnlyMounts: _r, hiddenPaths: _h, ...none } = opts;
       return createNoneSandbox(none);
     }
-    case "docker":
-      // TODO(docker): `return createDockerSandbox(...)` — the docker colleague wires it in here.
-      throw new SandboxUnavailableError("docker", "docker sandbox: not wired into createSandbox yet (sandbox/index.ts)");
+    case "docker": {
+      const { kind: _kind, ...docker } = opts;
+      return createDockerSandboxFromRequest(docker);
+    }
     default: {
       const never: never = opts;
       throw new Error(`unknown sandbox kind ${JSON.stringify((never as { kind?: unknown }).kind)} (expected local, docker or none)`);
@@ -56,6 +56,20 @@ export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox
 
 export type { ExecOptions, ExecResult, Sandbox, SandboxKind } from "./types.js";
 export { LOCAL_PYTHON_HELPERS, LOCAL_WORKSPACE, LocalSandbox, createLocalSandbox, findBwrap, type HiddenPathCheck, type LocalSandboxOptions, type ReadOnlyMount } from "./local.js";
+export {
+  DockerSandbox,
+  DockerSandboxError,
+  buildContainerSpec,
+  createDockerSandbox,
+  gpuDeviceRequests,
+  parseGpus,
+  pruneSandboxes,
+  type DockerRequestOptions,
+  type DockerSandboxOptions,
+  type GpuRequest,
+  type PruneOptions,
+  type PruneResult,
+} from "./docker.js";
 export { NONE_WARNING, NoneSandbox, createNoneSandbox, type NoneSandboxOptions } from "./none.js";
 export { DEFAULT_KILL_GRACE_MS, DEFAULT_TIMEOUT_SEC, SandboxUnavailableError, runHostProcess, watchDeadline } from "./exec-common.js";
 export { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";

@@ -18,6 +18,7 @@ import {
 } from "../sandbox/docker.js";
 import { LABEL } from "../sandbox/docker-spec.js";
 import { SandboxUnavailableError } from "../sandbox/exec-common.js";
+import { createSandbox } from "../sandbox/index.js";
 import { TEST_IMAGE, dockerSuitePlan, ensureTestImage } from "./helpers/docker-image.js";
 import { fakeTask, openTestSandbox, type FakeTask } from "./helpers/docker-sandbox.js";
 
@@ -188,6 +189,30 @@ describe.skipIf(!plan.run)("docker sandbox: lifecycle on a real engine", () => {
     await a.exec(["sh", "-c", "echo a > /tmp/mine && echo shared > /workspace/shared.txt"]);
     expect((await b.exec(["sh", "-c", "cat /tmp/mine 2>/dev/null || echo none"])).stdout).toBe("none\n");
     expect((await b.exec(["cat", "shared.txt"])).stdout).toBe("shared\n");
+  });
+
+  it("createSandbox({ kind: 'docker' }) takes the image and GPUs from the task unless given", async () => {
+    const sb = await createSandbox({
+      kind: "docker",
+      hostRepoDir: task.workspace,
+      hiddenPaths: [task.hidden],
+      task: { id: "fake", spec: { image: TEST_IMAGE } },
+      purpose: "grader",
+      sessionId: "vitest-factory",
+      hostSystemMounts: true,
+      memoryMb: 256,
+      shmSizeMb: 64,
+    });
+    try {
+      expect(sb.kind).toBe("docker");
+      expect((await sb.exec(["python3", "hello.py"])).stdout).toBe("hello from the workspace\n");
+    } finally {
+      await sb.close();
+    }
+    await expect(createSandbox({ kind: "docker", hostRepoDir: task.workspace, task: { id: "fake", spec: {} } })).rejects.toMatchObject({
+      code: "bad_options",
+      message: expect.stringMatching(/no image to run for task fake: set `image:` in task.yaml or pass --image/),
+    });
   });
 
   it("close() removes the container and is idempotent; exec after close throws", async () => {
