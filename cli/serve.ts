@@ -36,15 +36,23 @@ export function registerServeCommands(program: Command): void {
       if (!KINDS.includes(opts.sandbox as SandboxKind)) throw new Error(`serve: --sandbox must be one of ${KINDS.join(", ")} (got "${opts.sandbox}")`);
       const logger = createLogger("infradev-serve");
       if (opts.sandbox === "none") logger.warn("--sandbox none: commands run as plain processes on this host; NOTHING is isolated");
-      await serveStdio({
-        taskId: opts.task,
-        tasksRoot: opts.tasksDir ? resolve(opts.tasksDir) : undefined,
-        runsDir: resolve(opts.runsDir),
-        resume: opts.resume,
-        sandboxKind: opts.sandbox as SandboxKind,
-        python: opts.python,
-        logger,
-        createSandbox: sandboxFactory,
-      });
+      try {
+        await serveStdio({
+          taskId: opts.task,
+          tasksRoot: opts.tasksDir ? resolve(opts.tasksDir) : undefined,
+          runsDir: resolve(opts.runsDir),
+          resume: opts.resume,
+          sandboxKind: opts.sandbox as SandboxKind,
+          python: opts.python,
+          logger,
+          createSandbox: sandboxFactory,
+        });
+      } catch (e) {
+        // Start-up failures (unknown run, bwrap missing, task invalid) are the user's to fix: one
+        // clear line on stderr, the stack only in the debug log; stdout stays clean for the client.
+        logger.debug({ err: (e as Error).stack }, "serve failed to start");
+        process.stderr.write(`infradev serve: ${(e as Error).message}\n`);
+        process.exit(2);
+      }
     });
 }
