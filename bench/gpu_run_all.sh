@@ -1,6 +1,6 @@
 #!/bin/bash
 # Everything issue 6 (and issue 7's one-GPU part) asks to show, in one device call.
-#   bash bench/gpu_run_all.sh [sections]     sections: env,doctor,timings,matrix,launch,gb,node,demo (default: all but demo)
+#   bash bench/gpu_run_all.sh [sections]     sections: env,doctor,timings,probecost,matrix,launch,gb,node,demo (default: all but probecost, demo)
 # Writes under $OUT (at most 8 files): log.txt, doctor.json, timings.json, matrix-*.json, launch.json, demo.json.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -26,6 +26,10 @@ fi
 if has timings; then
   say "timings: decode graph vs eager, probe overhead, 1 GiB peak, NCCL vs gloo bytes"
   timeout 240 $PY bench/gpu_timings.py --out "$OUT/timings.json"; echo "exit $?"
+fi
+if has probecost; then
+  say "measure()'s fixed cost on CUDA, piece by piece, and a prototype that reads the allocator stats once"
+  timeout 120 $PY bench/gpu_timings.py --out "$OUT/probecost.json" --skip decode,peak,train,bytes; echo "exit $?"
 fi
 if has matrix; then
   say "cuda-graph-decode: variants x modes through the launcher"

@@ -118,10 +118,11 @@ def init_groups():
     return dist.new_group(backend="gloo")
 
 
-def bench_train_overhead(steps=200, rounds=5):
+def bench_train_overhead(steps=200, rounds=5, only_small=False):
     """A training step with a gradient all-reduce (1-rank NCCL): plain, plain + sync, under measure()."""
     out = {}
-    for label, width, batch in (("MLP 4x1024, batch 256 (small step)", 1024, 256), ("MLP 4x4096, batch 2048 (larger step)", 4096, 2048)):
+    sizes = (("MLP 4x1024, batch 256 (small step)", 1024, 256), ("MLP 4x4096, batch 2048 (larger step)", 4096, 2048))
+    for label, width, batch in sizes[:1] if only_small else sizes:
         torch.manual_seed(0)
         layers = []
         for _ in range(4):
@@ -177,6 +178,74 @@ def bench_train_overhead(steps=200, rounds=5):
     return out
 
 
+def _per_call_us(fn, n=2000):
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def bench_probe_cost():
+    """Where measure()'s fixed cost goes on CUDA: the pieces it calls, one by one, on an idle GPU; and
+    the same measure() with the allocator statistics read once per start / stop (a prototype of a
+    cheaper CudaPeak, patched into this process only)."""
+    from infradev_probe import _memory
+
+    index = torch.cuda.current_device()
+
+    def empty_measure():
+        with measure():
+            pass
+
+    out = {
+        "torch.cuda.synchronize": _per_call_us(torch.cuda.synchronize),
+        "torch.cuda.memory_stats": _per_call_us(lambda: torch.cuda.memory_stats(index), 500),
+        "torch.cuda.max_memory_allocated": _per_call_us(lambda: torch.cuda.max_memory_allocated(index), 500),
+        "torch._C._cuda_memoryStats": _per_call_us(lambda: torch._C._cuda_memoryStats(index), 500),
+        "torch.cuda.reset_peak_memory_stats": _per_call_us(lambda: torch.cuda.reset_peak_memory_stats(index)),
+        "measure() empty block": _per_call_us(empty_measure, 500),
+    }
+    original = _memory.CudaPeak.start, _memory.CudaPeak.stop
+
+    def stats():
+        s = torch._C._cuda_memoryStats(index)
+        return s["allocated_bytes"]["all"], s["reserved_bytes"]["all"]
+
+    def fast_start(self):
+        torch.cuda.synchronize(self.device)
+        with _memory._lock:
+            alloc, reserved = stats()
+            for outer in _memory._active_cuda:
+                if outer.device == self.device:
+                    outer.folded = max(outer.folded, alloc["peak"])
+                    outer.folded_reserved = max(outer.folded_reserved, reserved["peak"])
+            torch.cuda.reset_peak_memory_stats(self.device)
+            _memory._active_cuda.append(self)
+        self.start_bytes = alloc["current"]
+
+    def fast_stop(self):
+        torch.cuda.synchronize(self.device)
+        with _memory._lock:
+            if self in _memory._active_cuda:
+                _memory._active_cuda.remove(self)
+            alloc, reserved = stats()
+            peak = max(self.folded, alloc["peak"])
+        return peak, peak - self.start_bytes, max(self.folded_reserved, reserved["peak"])
+
+    _memory.CudaPeak.start, _memory.CudaPeak.stop = fast_start, fast_stop
+    try:
+        out["measure() empty block, stats read once per start/stop (prototype)"] = _per_call_us(empty_measure, 500)
+        with measure() as m:
+            block = torch.empty(GIB, dtype=torch.uint8, device="cuda")
+            del block
+        out["prototype 1 GiB peak delta"] = m.peak_memory_delta_bytes
+        out["prototype train step"] = bench_train_overhead(rounds=3, only_small=True)
+    finally:
+        _memory.CudaPeak.start, _memory.CudaPeak.stop = original
+    return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in out.items()}
+
+
 def bench_bytes(gloo):
     """Same tensors (float32, 1,000,003 elements) through NCCL (CUDA) and gloo (CPU), 1 rank each."""
     n = 1_000_003
@@ -211,7 +280,7 @@ def bench_bytes(gloo):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--skip", default="", help="comma-separated sections to skip: decode,peak,train,bytes")
+    parser.add_argument("--skip", default="", help="comma-separated sections to skip: decode,peak,train,probecost,bytes")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     props = torch.cuda.get_device_properties(0)
@@ -228,7 +297,7 @@ def main():
         for label, r in report["decode"].items():
             print("  %-32s eager %8.1f us  graph %8.1f us  graph/eager %.3f  (x%.1f)  same tokens: %s" % (
                 label, r["eager_us_per_step"], r["graph_us_per_step"], r["graph_over_eager"], r["speedup"], r["tokens_equal_eager"]))
-    gloo = init_groups() if not {"train", "bytes"} <= skip else None
+    gloo = init_groups() if not {"train", "bytes", "probecost"} <= skip else None
     if "train" not in skip:
         report["train"] = bench_train_overhead()
         print("\nprobe overhead on a CUDA training step (bf16 autocast, SGD, 1-rank NCCL all_reduce of the grads):")
@@ -236,6 +305,16 @@ def main():
             print("  %-38s plain %8.1f us  synced %8.1f us  measure() %8.1f us  measure/synced %.3f  measure/plain %.3f  (all_reduce bytes %d / %d)" % (
                 label, r["plain_us"], r["synced_us"], r["measure_us"], r["measure_over_synced"], r["measure_over_plain"],
                 r["one_step"]["all_reduce_bytes"], r["one_step"]["expected_bytes"]))
+    if "probecost" not in skip:
+        report["probe_cost"] = bench_probe_cost()
+        print("\nwhere measure()'s fixed cost goes (us per call, idle GPU):")
+        for k, v in report["probe_cost"].items():
+            if k == "prototype train step":
+                for label, r in v.items():
+                    print("  prototype on the training step: %s  synced %.1f us  measure() %.1f us  measure/synced %.3f" % (
+                        label, r["synced_us"], r["measure_us"], r["measure_over_synced"]))
+            else:
+                print("  %-66s %s" % (k, v))
     if "bytes" not in skip:
         report["bytes"] = bench_bytes(gloo)
         print("\npayload bytes per collective, same tensors (4,000,012 bytes), NCCL (cuda) vs gloo (cpu), 1 rank:")
