@@ -3,7 +3,7 @@
  * against the time of the same pytest sessions launched directly with the rank launcher on an
  * already prepared workspace. Target: ratio ≤ 1.2.
  *
- *   npx tsx bench/grader_overhead.ts [--task grad-bucketing] [--patch FILE] [--sandbox local|none] [--repeat 3]
+ *   npx tsx bench/grader_overhead.ts [--task grad-bucketing] [--patch FILE] [--sandbox local|none] [--repeat 3] [--separate-suites]
  *
  * The two are interleaved `repeat` times (the machine is shared; interleaving spreads the noise over
  * both) and the medians are compared.
@@ -32,6 +32,7 @@ const { values } = parseArgs({
     patch: { type: "string" },
     sandbox: { type: "string", default: "local" },
     repeat: { type: "string", default: "3" },
+    "separate-suites": { type: "boolean", default: false },
   },
 });
 const task = loadGraderTask(values.task!);
@@ -41,6 +42,7 @@ const scratch = mkdtempSync(join(tmpdir(), "infradev-bench-grader-"));
 const calDir = join(scratch, "calibration");
 const factory = graderSandboxFactory(values.sandbox as SandboxKind, [scratch]);
 const spec = task.fullSpec;
+const combine = !values["separate-suites"];
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const log = (m: string) => process.stderr.write(`${m}\n`);
@@ -56,7 +58,7 @@ try {
   for (let i = 0; i < repeat; i++) {
     // 1. The grader, end to end, in a fresh results folder (nothing to reuse but the calibration).
     let t0 = performance.now();
-    const out = await gradeSubmission({ task, patchFile: patch, outDir: join(scratch, `out${i}`), calibrationDir: calDir, sandboxFactory: factory });
+    const out = await gradeSubmission({ task, patchFile: patch, outDir: join(scratch, `out${i}`), calibrationDir: calDir, sandboxFactory: factory, combine });
     gradeTimes.push((performance.now() - t0) / 1000);
     // What the grader spent outside its launcher sessions (snapshot, apply, tests in, sandbox, scoring).
     const sessionsDir = join(out.artifactDir, "sessions");
@@ -69,7 +71,7 @@ try {
     const applied = await applyPatch(ws.repoDir, patch, ws.baseCommit);
     if (!applied.applied) throw new Error(`bench: patch does not apply: ${applied.reason}`);
     await installGradingTests(task, ws);
-    const plans = planSessions(task, ws.repoDir);
+    const plans = planSessions(task, ws.repoDir, { combine });
     t0 = performance.now();
     for (const [j, plan] of plans.entries()) {
       await execa(
@@ -93,7 +95,7 @@ try {
   const g = median(gradeTimes);
   const d = median(directTimes);
   process.stdout.write(
-    `${task.id}, ${values.sandbox} sandbox, ${repeat} interleaved run(s), medians: grade ${g.toFixed(2)} s vs direct launcher ${d.toFixed(2)} s → overhead ratio ${(g / d).toFixed(3)}× (target ≤ 1.2×); ` +
+    `${task.id}, ${values.sandbox} sandbox, ${combine ? "official + probes in one session per mode" : "separate official / probe sessions"}, ${repeat} interleaved run(s), medians: grade ${g.toFixed(2)} s vs direct launcher ${d.toFixed(2)} s → overhead ratio ${(g / d).toFixed(3)}× (target ≤ 1.2×); ` +
       `grader time outside its launcher sessions ${median(outside).toFixed(2)} s (${((median(outside) / d) * 100).toFixed(1)}% of the direct run)\n`,
   );
 } finally {
