@@ -172,6 +172,9 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       signal: opts.signal,
       onProgress: (d, t) => opts.onProgress?.(`${name}: ${d}/${t} tests`),
     });
+    // An interrupted launcher (SIGTERM/SIGINT from outside) leaves a partial session: never a result.
+    // (LaunchSummary in sandbox/ranks.ts does not list "interrupted", though the launcher writes it.)
+    const harnessError = r.harnessError ?? ((r.launch?.status as string | undefined) === "interrupted" ? `launcher interrupted: ${r.launch?.events.at(-1)?.detail ?? "signal"}` : undefined);
     const logs = join(opts.logsDir, name);
     rmSync(logs, { recursive: true, force: true });
     if (existsSync(r.hostOutDir)) cpSync(r.hostOutDir, logs, { recursive: true, dereference: false, verbatimSymlinks: true });
@@ -182,12 +185,12 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       cases: r.cases.map((c) => caseRecord(c, plan.idPrefix, r.launch?.status)),
       collection_errors: collectionErrors(r.launch, plan.idPrefix),
       launch_status: r.launch?.status ?? null,
-      ...(r.harnessError ? { harness_error: r.harnessError } : {}),
+      ...(harnessError ? { harness_error: harnessError } : {}),
       duration_s: (Date.now() - started) / 1000,
     };
     writeJsonAtomic(file, result);
     sessions.push(result);
-    if (r.harnessError) return { sessions, harnessError: `${name}: ${r.harnessError}`, reused };
+    if (harnessError) return { sessions, harnessError: `${name}: ${harnessError}`, reused };
     opts.onProgress?.(`${name}: ${summarize(result)} in ${result.duration_s.toFixed(1)} s`);
   }
   return { sessions, reused };
