@@ -3,13 +3,15 @@
  * hijacked attach, stdout/stderr demultiplexed), with the local backend's semantics: a timeout or
  * an abort kills the command's whole process tree *inside the container*, not just the exec.
  *
- * How the tree is found: a small `sh` wrapper runs the argv under `setsid`, so the command leads a
- * fresh process group (and keeps its pid: the inner shell `exec`s it). The inner shell reports that
- * pgid on stderr (stripped before anyone sees it) and in a file under the container's /tmp. When the
- * command exits, the outer shell (its own stderr sent to /dev/null, so its job notices such as
- * "Killed" never mix into the command's output) kills whatever is left in its group — as the local
- * backend's pid namespace does — so a background child cannot outlive the command or hold its output
- * open. Every exec also carries a marker variable (INFRADEV_EXEC_ID) that descendants inherit.
+ * How the tree is found: the engine's runtime starts every exec as a session leader, so the command's
+ * process group is its tree (unless a descendant calls setsid). A one-line `sh` wrapper reports that
+ * pgid on stderr (stripped before anyone sees it) and `exec`s the argv, so the command keeps the pid
+ * and no extra process stays around. Every exec also carries a marker variable (INFRADEV_EXEC_ID)
+ * that descendants inherit.
+ *
+ * When the command exits, whatever it left in its group is killed — as the local backend's pid
+ * namespace does — so a background child cannot outlive the command or hold its output open (the
+ * exec's state is polled, so an exit is seen even while such a child keeps the stream open).
  *
  * On timeout or abort: SIGTERM to the group, a grace period, then SIGKILL to the group and a sweep of
  * /proc for the marker until nothing of the command is left. The group signals go through the
@@ -25,19 +27,9 @@ import type { OutputCapture } from "./output-capture.js";
 
 export const EXEC_MARKER_VAR = "INFRADEV_EXEC_ID";
 const PGID_RE = /^\x1einfradev-pgid:(\d+)\x1e\n/;
-const REPORT_PGID = 'printf "\\036infradev-pgid:%s\\036\\n" "$$" >&2';
-const WRAPPER_SCRIPT = `
-if [ -n "$HOME" ] && [ ! -d "$HOME" ]; then mkdir -p "$HOME" 2>/dev/null; fi
-if command -v setsid >/dev/null 2>&1; then
-  f="/tmp/.infradev-exec.$${EXEC_MARKER_VAR}"
-  exec 3>&2 2>/dev/null
-  setsid /bin/sh -c 'exec 2>&3 3>&-; echo $$ >"$0" 2>/dev/null; ${REPORT_PGID}; exec "$@"' "$f" "$@"
-  rc=$?
-  if read g <"$f" 2>/dev/null; then kill -s KILL -- "-$g" 2>/dev/null; rm -f "$f"; fi
-  exit $rc
-fi
-${REPORT_PGID}; exec "$@"
-`;
+const WRAPPER_SCRIPT =
+  'if [ -n "$HOME" ] && [ ! -d "$HOME" ]; then mkdir -p "$HOME" 2>/dev/null; fi; ' +
+  'printf "\\036infradev-pgid:%s\\036\\n" "$$" >&2; exec "$@"';
 const WRAPPER = ["/bin/sh", "-c", WRAPPER_SCRIPT, "infradev-exec"];
 
 /** Signals the group named by $2 with the shell's builtin `kill` (fallback when there is no init loop). */
@@ -137,6 +129,34 @@ async function exitCodeOf(exec: Docker.Exec, maxWaitMs = 5000): Promise<number |
     if (Date.now() - start > maxWaitMs) return null;
     await new Promise((r) => setTimeout(r, delay));
   }
+}
+
+/**
+ * Resolves with the exit code once the exec's process has exited, polling from `firstDelayMs` and
+ * backing off to 1 s; `stop()` ends the polling (the promise then never resolves).
+ */
+function watchExit(exec: Docker.Exec, firstDelayMs: number): { exited: Promise<{ exitCode: number | null }>; stop(): void } {
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const exited = new Promise<{ exitCode: number | null }>((resolve) => {
+    const poll = (delay: number): void => {
+      timer = setTimeout(async () => {
+        if (stopped) return;
+        const info = await exec.inspect().catch(() => undefined);
+        if (stopped) return;
+        if (info && !info.Running) resolve({ exitCode: typeof info.ExitCode === "number" ? info.ExitCode : null });
+        else poll(Math.min(delay * 2, 1000));
+      }, delay);
+    };
+    poll(firstDelayMs);
+  });
+  return {
+    exited,
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
 }
 
 /** A plain exec with captured output and no wrapper; for the harness's own short commands. */
@@ -262,25 +282,52 @@ export async function execInContainer(container: Docker.Container, docker: Docke
     },
   });
 
+  // Three ways on: the output closes (then the exit follows at once, or later for a command that
+  // closed its output early), the process exits while a leftover child still holds the output open,
+  // or the deadline fires.
   let survivors = "";
+  let exitCode: number | null | undefined;
+  let leftoverHoldsOutput = false;
+  const slow = watchExit(exec, 100);
   try {
-    if ((await Promise.race([waitForEnd(stream), fired])) === "fired") {
-      survivors = await killing!;
-      // The tree is dead; whatever still holds the pipe cannot outlive a few seconds.
-      if (!(await waitForEnd(stream, 5000))) stream.destroy();
+    const first = await Promise.race([waitForEnd(stream).then(() => "ended" as const), fired, slow.exited]);
+    slow.stop();
+    if (first === "ended") {
+      const fast = watchExit(exec, 2);
+      const second = await Promise.race([fast.exited, fired]);
+      fast.stop();
+      if (second !== "fired") exitCode = second.exitCode;
+    } else if (first !== "fired") {
+      exitCode = first.exitCode;
+      leftoverHoldsOutput = true;
     }
   } finally {
+    slow.stop();
     deadline.dispose();
   }
-  if (killing) survivors = await killing;
+
+  const pgid = pgidReader.pgid;
+  if (killing) {
+    survivors = await killing;
+    // The tree is dead; whatever still holds the pipe cannot outlive a few seconds.
+    if (!(await waitForEnd(stream, 5000))) stream.destroy();
+  } else if (pgid !== undefined && pgid > 1) {
+    // The command is done: what it left in its group goes too. While a member lives the id cannot be
+    // handed to another process; with none left it could only be reused after the container's pid
+    // numbers wrapped around, in the moment between the exit and this signal.
+    if (!req.signalGroup?.("KILL", pgid) && leftoverHoldsOutput) await signalTree(container, docker, req, pgid, "KILL");
+    if (leftoverHoldsOutput && !(await waitForEnd(stream, 5000))) stream.destroy();
+  }
   pgidReader.flush();
 
-  let exitCode: number | null = null;
   let harnessError: string | undefined;
-  try {
-    exitCode = await exitCodeOf(exec);
-  } catch (err) {
-    harnessError = `docker sandbox: could not read the exit status: ${(err as Error).message}`;
+  if (exitCode === undefined) {
+    try {
+      exitCode = await exitCodeOf(exec);
+    } catch (err) {
+      exitCode = null;
+      harnessError = `docker sandbox: could not read the exit status: ${(err as Error).message}`;
+    }
   }
   if (survivors) harnessError = `processes survived the kill inside the container: ${survivors}`;
   const killedByUs = deadline.timedOut || deadline.cancelled;
