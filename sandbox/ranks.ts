@@ -60,12 +60,20 @@ function readJson<T>(file: string): T | null {
   }
 }
 
-function countLines(file: string): number {
+/** Distinct tests finished on a rank (results.jsonl is appended across restarts). */
+function countFinished(file: string): number {
+  let text: string;
   try {
-    return readFileSync(file, "utf8").split("\n").filter((l) => l.trim()).length;
+    text = readFileSync(file, "utf8");
   } catch {
     return 0;
   }
+  const ids = new Set<string>();
+  for (const line of text.split("\n")) {
+    const m = /"nodeid":\s*"((?:[^"\\]|\\.)*)"/.exec(line);
+    if (m) ids.add(m[1]!);
+  }
+  return ids.size;
 }
 
 /**
@@ -122,10 +130,13 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
   let timer: NodeJS.Timeout | undefined;
   if (opts.onProgress) {
     let last = -1;
+    // After a hang the launcher restarts the ranks on the remaining tests and rank0.collected.json is
+    // rewritten with fewer ids: the first (largest) count is the session's total.
+    let total = 0;
     timer = setInterval(() => {
-      const collected = readJson<{ ids?: string[]; collected?: string[] }>(join(hostOutDir, "rank0.collected.json"));
-      const total = collected?.ids?.length ?? collected?.collected?.length ?? 0;
-      const done = countLines(join(hostOutDir, "rank0.results.jsonl"));
+      const collected = readJson<{ ids?: string[] }>(join(hostOutDir, "rank0.collected.json"));
+      total = Math.max(total, collected?.ids?.length ?? 0);
+      const done = Math.min(total, countFinished(join(hostOutDir, "rank0.results.jsonl")));
       if (done !== last && total > 0) {
         last = done;
         opts.onProgress!(done, total);
