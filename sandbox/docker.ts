@@ -13,23 +13,22 @@
  */
 import { statSync } from "node:fs";
 import { hostname } from "node:os";
-import { join, posix, relative, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
 import { silentLogger, type Logger } from "../lib/logger.js";
-import { PathOutsideRootError, isPathInside, resolveInside } from "../lib/path-validation.js";
 import { packageRoot, pythonHelpersDir } from "../lib/paths.js";
 import { DockerSandboxError, connectEngine, engineResources, ensureEngineReachable, ensureImage, explainStartError } from "./docker-engine.js";
-import { execInContainer, type GroupSignal } from "./docker-exec.js";
 import { planDockerMounts } from "./docker-mounts.js";
 import { OomWatch } from "./docker-oom.js";
 import { processStartTime } from "./docker-prune.js";
-import { CONTAINER_PYTHON_HELPERS, CONTAINER_WORKSPACE, LABEL, buildContainerSpec, type GpuRequest, type ResolvedLimits } from "./docker-spec.js";
-import { DEFAULT_KILL_GRACE_MS, DEFAULT_TIMEOUT_SEC, effectiveTimeoutSec, execResultFrom, logFooterLines, logHeaderLines } from "./exec-common.js";
+import { DockerSandbox } from "./docker-sandbox.js";
+import { CONTAINER_PYTHON_HELPERS, LABEL, buildContainerSpec, type GpuRequest, type ResolvedLimits } from "./docker-spec.js";
+import { DEFAULT_KILL_GRACE_MS, DEFAULT_TIMEOUT_SEC } from "./exec-common.js";
 import { realpathOrNull, type ReadOnlyMount } from "./local-mounts.js";
-import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture, newExecId } from "./output-capture.js";
-import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
+import { DEFAULT_MAX_OUTPUT_BYTES } from "./output-capture.js";
 
+export { DockerSandbox } from "./docker-sandbox.js";
 export { DockerSandboxError, type DockerSandboxErrorCode } from "./docker-engine.js";
 export { pruneSandboxes, type PruneOptions, type PruneResult, type PrunedContainer } from "./docker-prune.js";
 export { buildContainerSpec, gpuDeviceRequests, parseGpus, type GpuRequest } from "./docker-spec.js";
@@ -86,135 +85,6 @@ export interface DockerSandboxOptions {
   /** A client for another engine; default: DOCKER_HOST or the local socket. */
   docker?: Docker;
   logger?: Logger;
-}
-
-interface DockerSandboxConfig {
-  docker: Docker;
-  container: Docker.Container;
-  containerName: string;
-  hostRepoDir: string;
-  python: string;
-  logDir: string;
-  maxOutputBytes: number;
-  defaultTimeoutSec: number;
-  killGraceMs: number;
-  logger: Logger;
-  oom: OomWatch;
-  initStdin: Duplex;
-}
-
-export class DockerSandbox implements Sandbox {
-  readonly kind = "docker" as const;
-  readonly repoDir = CONTAINER_WORKSPACE;
-  readonly pythonHelpersDir = CONTAINER_PYTHON_HELPERS;
-  readonly hostRepoDir: string;
-  readonly python: string;
-  readonly logDir: string;
-  readonly docker: Docker;
-  readonly container: Docker.Container;
-  readonly containerName: string;
-  private readonly running = new Map<AbortController, Promise<unknown>>();
-  private closed = false;
-
-  constructor(private readonly cfg: DockerSandboxConfig) {
-    this.hostRepoDir = cfg.hostRepoDir;
-    this.python = cfg.python;
-    this.logDir = cfg.logDir;
-    this.docker = cfg.docker;
-    this.container = cfg.container;
-    this.containerName = cfg.containerName;
-  }
-
-  get containerId(): string {
-    return this.container.id;
-  }
-
-  async exec(argv: string[], opts: ExecOptions = {}): Promise<ExecResult> {
-    if (this.closed) throw new Error(`docker sandbox: exec after close() (container ${this.containerName})`);
-    if (argv.length === 0 || argv[0] === "") throw new Error("docker sandbox: exec needs a non-empty argv");
-    if (argv.some((a) => a.includes("\0"))) throw new Error("docker sandbox: an argv element contains a NUL byte");
-    const timeoutSec = effectiveTimeoutSec(opts.timeoutSec, this.cfg.defaultTimeoutSec);
-    const workdir = posix.resolve(CONTAINER_WORKSPACE, opts.cwd ?? ".");
-    const execId = newExecId();
-    const capture = new OutputCapture(
-      {
-        maxOutputBytes: opts.maxOutputBytes ?? this.cfg.maxOutputBytes,
-        logDir: this.cfg.logDir,
-        logHeader: [...logHeaderLines("docker", argv, workdir), `container: ${this.containerName}`],
-        onOutput: opts.onOutput,
-      },
-      execId,
-    );
-    const closer = new AbortController();
-    const signal = opts.signal ? AbortSignal.any([opts.signal, closer.signal]) : closer.signal;
-    const pending = execInContainer(this.container, this.docker, {
-      argv,
-      workdir,
-      env: opts.env ?? {},
-      timeoutSec,
-      signal,
-      killGraceMs: this.cfg.killGraceMs,
-      capture,
-      execId,
-      signalGroup: (sig, pgid) => this.signalGroup(sig, pgid),
-      oom: this.cfg.oom,
-    });
-    this.running.set(closer, pending);
-    const outcome = await pending.finally(() => this.running.delete(closer));
-
-    const footer = logFooterLines(outcome, outcome.harnessError);
-    if (outcome.oomKilled) footer.push("killed by the container's memory limit (OOM)");
-    const captured = await capture.finish(footer);
-    if (outcome.timedOut || outcome.oomKilled || outcome.harnessError) {
-      this.cfg.logger.warn(
-        { container: this.containerName, argv0: argv[0], timedOut: outcome.timedOut, oomKilled: outcome.oomKilled, harnessError: outcome.harnessError },
-        "docker exec ended abnormally",
-      );
-    }
-    const sandboxLogPath = captured.logPath ? (this.toSandboxPath(captured.logPath) ?? undefined) : undefined;
-    const result = execResultFrom(outcome, captured, { isolated: true, sandboxLogPath, harnessError: outcome.harnessError });
-    if (outcome.oomKilled) result.oomKilled = true;
-    return result;
-  }
-
-  /** Hands a process-group signal to the container's init loop (see INIT_LOOP in docker-spec.ts). */
-  private signalGroup(sig: GroupSignal, pgid: number): boolean {
-    const stdin = this.cfg.initStdin;
-    if (stdin.destroyed || !stdin.writable) return false;
-    stdin.write(`${sig} ${pgid}\n`);
-    return true;
-  }
-
-  toHostPath(sandboxPath: string): string {
-    if (sandboxPath.includes("\0")) throw new PathOutsideRootError(CONTAINER_WORKSPACE, sandboxPath, "it contains a NUL byte");
-    const abs = posix.resolve(CONTAINER_WORKSPACE, sandboxPath);
-    if (!isPathInside(CONTAINER_WORKSPACE, abs)) throw new PathOutsideRootError(CONTAINER_WORKSPACE, sandboxPath, "it is outside the workspace");
-    // Through resolveInside: a symlink the command planted in the workspace cannot lead the host out.
-    return resolveInside(this.hostRepoDir, posix.relative(CONTAINER_WORKSPACE, abs) || ".");
-  }
-
-  /** The container's view of a host path inside the workspace, or null when the container cannot see it. */
-  toSandboxPath(hostPath: string): string | null {
-    const abs = resolve(hostPath);
-    if (!isPathInside(this.hostRepoDir, abs)) return null;
-    const rel = relative(this.hostRepoDir, abs);
-    return rel === "" ? CONTAINER_WORKSPACE : posix.join(CONTAINER_WORKSPACE, ...rel.split("/"));
-  }
-
-  /** Cancels every running exec (their trees are killed), then removes the container. Idempotent. */
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    for (const closer of this.running.keys()) closer.abort();
-    await Promise.allSettled(this.running.values());
-    this.cfg.oom.stop();
-    this.cfg.initStdin.destroy();
-    try {
-      await this.container.remove({ force: true, v: true });
-    } catch (err) {
-      if ((err as { statusCode?: number }).statusCode !== 404) throw err;
-    }
-  }
 }
 
 function sanitizeName(s: string): string {
