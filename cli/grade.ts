@@ -31,7 +31,7 @@ export function sandboxOption(): Option {
 export function addGraderOptions(cmd: Command): Command {
   return cmd
     .addOption(sandboxOption())
-    .option("--calibration-dir <dir>", "cache of gold calibrations (default ~/.cache/infradev/calibration, or $INFRADEV_CALIBRATION_DIR)", defaultCalibrationDir())
+    .option("--calibration-dir <dir>", "cache of gold calibrations (default from $INFRADEV_CALIBRATION_DIR, else ~/.cache/infradev/calibration)", defaultCalibrationDir())
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
     .option("--separate-suites", "run the official tests and the probes in separate launcher sessions (default: one session per mode when their file names cannot clash)");
 }
