@@ -159,6 +159,8 @@ def run(cfg, stop):
         events.append(event)
         if event["kind"] not in ("hang", "crash") or not cfg.cont or not event.get("test"):
             break
+        if stop.is_set():
+            break
         if len(sessions) > cfg.max_restarts:
             notes.append("stopped after %d restarts (--max-restarts)" % cfg.max_restarts)
             break
@@ -251,6 +253,12 @@ def main(argv=None):
     except OSError as exc:
         sys.stderr.write("infradev_launch: launch error: %s\n" % exc)
         _write_launch_error(cfg.out_dir, cfg.nproc, cfg.launcher, str(exc))
+        return EXIT_CODES["launch_error"]
+    except Exception as exc:  # a launcher bug: say so in launch.json rather than leave none
+        import traceback
+
+        traceback.print_exc()
+        _write_launch_error(cfg.out_dir, cfg.nproc, cfg.launcher, "launcher failure: %r" % (exc,))
         return EXIT_CODES["launch_error"]
     sys.stderr.write(_one_line(launch, cfg.out_dir) + "\n")
     return EXIT_CODES[launch["status"]]

@@ -202,6 +202,53 @@ def _log_tail(out_dir, rank, lines=3):
     return " | ".join(kept[-lines:]) or "empty log"
 
 
+def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch):
+    """Poll until the ranks are done or must be stopped (result.event says why). Returns the ranks
+    that exited without finishing their session: {rank: (wall clock, exit code)}."""
+    abnormal = {}  # rank -> (wall clock when seen, exit code): exits without a finished session
+    started_wall = time.time()
+    ready_at = None  # wall clock when every live rank had finished collecting
+    while True:
+        ranks.wait(POLL_S)
+        if ranks.done():
+            return abnormal
+        now = time.time()
+        codes = ranks.exit_codes()
+        states = _states(cfg.out_dir, cfg.nproc)
+        if stop.is_set():
+            result.event = make_event("interrupted", None, None, time.monotonic() - t_launch,
+                                      "the launcher received %s" % stop.reason, session, t_launch)
+            return abnormal
+        if time.monotonic() >= run_deadline:
+            rank, test = _earliest_running(states, codes)
+            detail = "the run exceeded its limit of %g s" % cfg.run_timeout
+            if test:
+                detail += " while rank %d was running %s" % (rank, test)
+            result.event = make_event("run_timeout", rank, test, time.monotonic() - t_launch, detail, session, t_launch)
+            result.stacks = dump_stacks(cfg.out_dir, ranks.signal_pids(), states, detail)
+            return abnormal
+        times = ranks.exit_times()
+        for rank, code in enumerate(codes):
+            if code is not None and rank not in abnormal and not _finished(states[rank]):
+                abnormal[rank] = (times[rank] or now, code)
+        if abnormal:
+            # The others would wait forever in a collective with the dead rank: give them `grace`.
+            first = min(abnormal, key=lambda r: abnormal[r][0])
+            if now - abnormal[first][0] >= cfg.grace:
+                return abnormal
+            continue
+        if ready_at is None and _all_collected(states, codes):
+            ready_at = now
+        if ready_at is None:
+            hang = _startup_hang(cfg, states, codes, now, started_wall, session, t_launch)
+        else:
+            hang = _find_hang(cfg, states, codes, now, ready_at, session, t_launch)
+        if hang is not None:
+            result.event = hang
+            result.stacks = dump_stacks(cfg.out_dir, ranks.signal_pids(), states, hang["detail"])
+            return abnormal
+
+
 def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
     _clear_session_files(cfg.out_dir, cfg.nproc)
     skip_file = None
@@ -218,49 +265,12 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
     except OSError as exc:
         result.launch_error = "could not start the ranks: %s" % exc
         return result
-    abnormal = {}  # rank -> (wall clock when seen, exit code): exits without a finished session
-    started_wall = time.time()
-    ready_at = None  # wall clock when every live rank had finished collecting
+    try:
+        abnormal = _watch(cfg, ranks, result, stop, run_deadline, session, t_launch)
+    except BaseException:  # a bug of ours must not leave the ranks running
+        procs.kill_tree(ranks.roots(), cfg.kill_grace, ranks.tracked())
+        raise
     killed = False
-    while True:
-        ranks.wait(POLL_S)
-        if ranks.done():
-            break
-        now = time.time()
-        codes = ranks.exit_codes()
-        states = _states(cfg.out_dir, cfg.nproc)
-        if stop.is_set():
-            result.event = make_event("interrupted", None, None, time.monotonic() - t_launch,
-                                      "the launcher received %s" % stop.reason, session, t_launch)
-            break
-        if time.monotonic() >= run_deadline:
-            rank, test = _earliest_running(states, codes)
-            detail = "the run exceeded its limit of %g s" % cfg.run_timeout
-            if test:
-                detail += " while rank %d was running %s" % (rank, test)
-            result.event = make_event("run_timeout", rank, test, time.monotonic() - t_launch, detail, session, t_launch)
-            result.stacks = dump_stacks(cfg.out_dir, ranks.signal_pids(), states, detail)
-            break
-        times = ranks.exit_times()
-        for rank, code in enumerate(codes):
-            if code is not None and rank not in abnormal and not _finished(states[rank]):
-                abnormal[rank] = (times[rank] or now, code)
-        if abnormal:
-            # The others would wait forever in a collective with the dead rank: give them `grace`.
-            first = min(abnormal, key=lambda r: abnormal[r][0])
-            if now - abnormal[first][0] >= cfg.grace:
-                break
-            continue
-        if ready_at is None and _all_collected(states, codes):
-            ready_at = now
-        if ready_at is None:
-            hang = _startup_hang(cfg, states, codes, now, started_wall, session, t_launch)
-        else:
-            hang = _find_hang(cfg, states, codes, now, ready_at, session, t_launch)
-        if hang is not None:
-            result.event = hang
-            result.stacks = dump_stacks(cfg.out_dir, ranks.signal_pids(), states, hang["detail"])
-            break
     result.ended_at = time.time()
     if not ranks.done():
         killed = True
