@@ -247,3 +247,35 @@ def test_torchrun_path_crash_with_a_stand_in_torchrun(scratch, tmp_path, monkeyp
     assert r1["test_crash.py::test_crash"][0] == "error"
     assert r0["test_crash.py::test_after"][0] == "passed" and r1["test_crash.py::test_after"][0] == "passed"
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_sigterm_to_the_launcher_kills_the_ranks_and_still_reports(tmp_path):
+    import json
+    import signal
+    import subprocess
+    import time
+
+    from conftest import LAUNCHER
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "test_hang.py").write_text(HANGING)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, LAUNCHER, "--nproc", "2", "--out-dir", str(out), "--per-test-timeout", "120",
+                             "--", "-q", "test_hang.py"], cwd=str(work), stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # wait until rank 1 is stuck in test_hang
+        try:
+            state = json.loads((out / "rank1.current.json").read_text())
+        except (OSError, ValueError):
+            state = {}
+        if state.get("nodeid") == "test_hang.py::test_hang":
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2, stderr
+    launch = json.loads((out / "launch.json").read_text())
+    assert launch["status"] == "interrupted" and launch["events"][0]["kind"] == "interrupted"
+    assert "SIGTERM" in launch["events"][0]["detail"]
+    assert processes_mentioning(str(tmp_path)) == []
