@@ -6,6 +6,7 @@ import { registerDemoCommands } from "./demo.js";
 import { registerDoctorCommands } from "./doctor.js";
 import { registerGradeCommands } from "./grade.js";
 import { registerConnectCommands } from "./connect.js";
+import { registerSandboxCommands } from "./sandbox.js";
 import { registerServeCommands } from "./serve.js";
 import { registerSkillCommands } from "./skill.js";
 import { registerTasksCommands } from "./tasks.js";
@@ -22,6 +23,7 @@ export function buildProgram(): Command {
   registerCalibrateCommands(program);
   registerDemoCommands(program);
   registerServeCommands(program);
+  registerSandboxCommands(program);
   registerSkillCommands(program);
   registerConnectCommands(program);
   registerDoctorCommands(program);

@@ -5,25 +5,35 @@ import { createSandbox } from "../sandbox/index.js";
 import type { SandboxKind } from "../sandbox/types.js";
 import type { SandboxFactory } from "../server/session.js";
 import { serveStdio } from "../server/stdio.js";
+import { addDockerOptions, dockerOptionsFromFlags, type DockerCliOptions, type DockerFlags } from "./sandbox-options.js";
 
 const KINDS: SandboxKind[] = ["local", "none", "docker"];
 
-/** Maps the server's request onto the sandbox factory (the backends live in sandbox/). */
-export const sandboxFactory: SandboxFactory = (req) =>
-  createSandbox({
-    kind: req.kind,
-    hostRepoDir: req.hostRepoDir,
-    python: req.python,
-    readOnlyMounts: req.readOnlyMounts,
-    hiddenPaths: req.hiddenPaths,
-    sessionId: req.sessionId,
-    task: req.task,
-    purpose: "agent",
-    logger: req.logger,
-  });
+/**
+ * Maps the server's request onto the sandbox factory (the backends live in sandbox/); `docker` holds
+ * the docker flags (`--image`, `--gpus`, limits), used only when the request is for docker.
+ */
+export function makeSandboxFactory(docker: DockerCliOptions = {}): SandboxFactory {
+  return (req) => {
+    const common = {
+      hostRepoDir: req.hostRepoDir,
+      python: req.python,
+      readOnlyMounts: req.readOnlyMounts,
+      hiddenPaths: req.hiddenPaths,
+      sessionId: req.sessionId,
+      task: req.task,
+      purpose: "agent" as const,
+      logger: req.logger,
+    };
+    return req.kind === "docker" ? createSandbox({ kind: "docker", ...common, ...docker }) : createSandbox({ kind: req.kind, ...common });
+  };
+}
+
+/** The factory with no docker flags (the task's image and GPUs, the backend's default limits). */
+export const sandboxFactory: SandboxFactory = makeSandboxFactory();
 
 export function registerServeCommands(program: Command): void {
-  program
+  const cmd = program
     .command("serve")
     .description("serve one task to an MCP client over stdio (workspace in runs/<run-id>/workspace, tools run in the sandbox)")
     .requiredOption("--task <id>", "task id (or path to a task folder)")
@@ -31,8 +41,9 @@ export function registerServeCommands(program: Command): void {
     .option("--runs-dir <dir>", "where runs/<run-id>/ folders go", process.env.INFRADEV_RUNS_DIR ?? "runs")
     .option("--resume <run-id>", "reopen an existing run (same workspace, trace appended)")
     .option("--python <path>", "Python interpreter inside the sandbox (default: the task's env.python)")
-    .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
-    .action(async (opts: { task: string; sandbox: string; runsDir: string; resume?: string; python?: string; tasksDir?: string }) => {
+    .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)");
+  addDockerOptions(cmd).action(
+    async (opts: DockerFlags & { task: string; sandbox: string; runsDir: string; resume?: string; python?: string; tasksDir?: string }) => {
       if (!KINDS.includes(opts.sandbox as SandboxKind)) throw new Error(`serve: --sandbox must be one of ${KINDS.join(", ")} (got "${opts.sandbox}")`);
       const logger = createLogger("infradev-serve");
       if (opts.sandbox === "none") logger.warn("--sandbox none: commands run as plain processes on this host; NOTHING is isolated");
@@ -45,7 +56,7 @@ export function registerServeCommands(program: Command): void {
           sandboxKind: opts.sandbox as SandboxKind,
           python: opts.python,
           logger,
-          createSandbox: sandboxFactory,
+          createSandbox: makeSandboxFactory(dockerOptionsFromFlags(opts)),
         });
       } catch (e) {
         // Start-up failures (unknown run, bwrap missing, task invalid) are the user's to fix: one
@@ -54,5 +65,6 @@ export function registerServeCommands(program: Command): void {
         process.stderr.write(`infradev serve: ${(e as Error).message}\n`);
         process.exit(2);
       }
-    });
+    },
+  );
 }
