@@ -4,7 +4,7 @@ import { bundledTasksDir } from "../lib/paths.js";
 import { CALIBRATION_RUNS, calibrate } from "../grader/calibrate.js";
 import { goldView } from "../grader/score.js";
 import { loadGraderTask } from "../tasks/loader.js";
-import { addGraderOptions, graderSandboxFactory, progressToStderr, type GraderCliOptions } from "./grade.js";
+import { addGraderOptions, graderSandboxFactoryFromFlags, progressToStderr, type GraderCliOptions } from "./grade.js";
 
 export function registerCalibrateCommands(program: Command): void {
   const cmd = program
@@ -18,7 +18,7 @@ export function registerCalibrateCommands(program: Command): void {
     const handle = await calibrate({
       task,
       cacheDir: resolve(opts.calibrationDir),
-      sandboxFactory: graderSandboxFactory(opts.sandbox, [opts.tasksDir ?? bundledTasksDir(), opts.calibrationDir]),
+      sandboxFactory: graderSandboxFactoryFromFlags(opts, [opts.tasksDir ?? bundledTasksDir(), opts.calibrationDir]),
       combine: !opts.separateSuites,
       force: opts.force,
       onProgress: progressToStderr(""),

@@ -2,7 +2,7 @@ import { resolve } from "node:path";
 import type { Command } from "commander";
 import { bundledTasksDir } from "../lib/paths.js";
 import { DEMO_HEADER, demoExpectationFailures, demoJson, demoTableRows, runDemo } from "../grader/demo.js";
-import { DEFAULT_OUT, addGraderOptions, graderSandboxFactory, progressToStderr, type GraderCliOptions } from "./grade.js";
+import { DEFAULT_OUT, addGraderOptions, graderSandboxFactoryFromFlags, progressToStderr, type GraderCliOptions } from "./grade.js";
 import { formatTable } from "./tasks.js";
 
 export function registerDemoCommands(program: Command): void {
@@ -18,7 +18,7 @@ export function registerDemoCommands(program: Command): void {
       tasksRoot,
       outDir: resolve(opts.out),
       calibrationDir: resolve(opts.calibrationDir),
-      sandboxFactory: graderSandboxFactory(opts.sandbox, [tasksRoot, opts.out, opts.calibrationDir]),
+      sandboxFactory: graderSandboxFactoryFromFlags(opts, [tasksRoot, opts.out, opts.calibrationDir]),
       combine: !opts.separateSuites,
       onProgress: progressToStderr("[demo] "),
     });

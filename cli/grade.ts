@@ -9,9 +9,10 @@ import { gradeSubmission } from "../grader/grade.js";
 import type { SandboxFactory } from "../grader/pipeline.js";
 import type { GradeResult } from "../grader/types.js";
 import { loadGraderTask } from "../tasks/loader.js";
+import { addDockerOptions, dockerOptionsFromFlags, type DockerCliOptions, type DockerFlags } from "./sandbox-options.js";
 
 /** Options every grader command shares. */
-export interface GraderCliOptions {
+export interface GraderCliOptions extends DockerFlags {
   out: string;
   sandbox: SandboxKind;
   calibrationDir: string;
@@ -29,8 +30,7 @@ export function sandboxOption(): Option {
 }
 
 export function addGraderOptions(cmd: Command): Command {
-  return cmd
-    .addOption(sandboxOption())
+  return addDockerOptions(cmd.addOption(sandboxOption()))
     .option("--calibration-dir <dir>", "cache of gold calibrations (default from $INFRADEV_CALIBRATION_DIR, else ~/.cache/infradev/calibration)", defaultCalibrationDir())
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
     .option("--separate-suites", "run the official tests and the probes in separate launcher sessions (default: one session per mode when their file names cannot clash)");
@@ -39,13 +39,12 @@ export function addGraderOptions(cmd: Command): Command {
 /**
  * The grader's sandbox: a fresh one per submission over its fresh workspace, from createSandbox.
  * The task folder (hidden parts), the tasks root, the results and the calibration cache are never
- * visible inside it.
+ * visible inside it. `docker`: the docker flags, used only when `kind` is docker.
  */
-export function graderSandboxFactory(kind: SandboxKind, hiddenPaths: string[]): SandboxFactory {
+export function graderSandboxFactory(kind: SandboxKind, hiddenPaths: string[], docker: DockerCliOptions = {}): SandboxFactory {
   const logger = createLogger("infradev-grade");
-  return async ({ task, hostRepoDir }) =>
-    createSandbox({
-      kind,
+  return async ({ task, hostRepoDir }) => {
+    const common = {
       hostRepoDir,
       readOnlyMounts: [],
       hiddenPaths: [...new Set([resolve(task.taskDir), ...hiddenPaths.map((p) => resolve(p))])],
@@ -53,8 +52,15 @@ export function graderSandboxFactory(kind: SandboxKind, hiddenPaths: string[]): 
       sessionId: `grade-${task.id}-${process.pid}-${Date.now()}`,
       task,
       logger,
-      purpose: "grader",
-    });
+      purpose: "grader" as const,
+    };
+    return kind === "docker" ? createSandbox({ kind, ...common, ...docker }) : createSandbox({ kind, ...common });
+  };
+}
+
+/** The grader's factory from the parsed CLI options (backend + docker flags). */
+export function graderSandboxFactoryFromFlags(opts: GraderCliOptions, hiddenPaths: string[]): SandboxFactory {
+  return graderSandboxFactory(opts.sandbox, hiddenPaths, dockerOptionsFromFlags(opts));
 }
 
 export function progressToStderr(prefix: string): (msg: string) => void {
@@ -103,7 +109,7 @@ export function registerGradeCommands(program: Command): void {
       patchFile: opts.patch ? resolve(opts.patch) : null,
       outDir: resolve(opts.out),
       calibrationDir: resolve(opts.calibrationDir),
-      sandboxFactory: graderSandboxFactory(opts.sandbox, [opts.tasksDir ?? bundledTasksDir(), opts.out, opts.calibrationDir]),
+      sandboxFactory: graderSandboxFactoryFromFlags(opts, [opts.tasksDir ?? bundledTasksDir(), opts.out, opts.calibrationDir]),
       combine: !opts.separateSuites,
       onProgress: progressToStderr(`[grade ${task.id}] `),
     });
