@@ -173,8 +173,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       onProgress: (d, t) => opts.onProgress?.(`${name}: ${d}/${t} tests`),
     });
     // An interrupted launcher (SIGTERM/SIGINT from outside) leaves a partial session: never a result.
-    // (LaunchSummary in sandbox/ranks.ts does not list "interrupted", though the launcher writes it.)
-    const harnessError = r.harnessError ?? ((r.launch?.status as string | undefined) === "interrupted" ? `launcher interrupted: ${r.launch?.events.at(-1)?.detail ?? "signal"}` : undefined);
+    const harnessError = r.harnessError ?? (r.launch?.status === "interrupted" ? `launcher interrupted: ${r.launch?.events.at(-1)?.detail ?? "signal"}` : undefined);
     const logs = join(opts.logsDir, name);
     rmSync(logs, { recursive: true, force: true });
     if (existsSync(r.hostOutDir)) cpSync(r.hostOutDir, logs, { recursive: true, dereference: false, verbatimSymlinks: true });

@@ -34,8 +34,9 @@ export interface MergedCase {
 }
 
 export interface LaunchEvent {
-  kind: "hang" | "crash" | "run_timeout";
-  rank: number;
+  kind: "hang" | "crash" | "run_timeout" | "interrupted";
+  /** null for run-wide events (run_timeout, interrupted, a hang before any test started). */
+  rank: number | null;
   test: string | null;
   after_s: number;
   detail: string;

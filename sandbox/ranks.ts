@@ -8,7 +8,7 @@ import type { ExecResult, Sandbox } from "./types.js";
 export interface LaunchSummary {
   launcher: string;
   nproc: number;
-  status: "ok" | "tests_failed" | "hang" | "crash" | "run_timeout" | "launch_error";
+  status: "ok" | "tests_failed" | "hang" | "crash" | "run_timeout" | "interrupted" | "launch_error";
   exit_codes: Array<number | null>;
   duration_s: number;
   restarts: number;

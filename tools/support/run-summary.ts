@@ -18,8 +18,8 @@ export const RankResourcesSchema = z.object({
 export type RankResourcesOut = z.infer<typeof RankResourcesSchema>;
 
 export const EventSchema = z.object({
-  kind: z.string().describe("hang | crash | run_timeout"),
-  rank: z.number().int(),
+  kind: z.string().describe("hang | crash | run_timeout | interrupted"),
+  rank: z.number().int().nullable().describe("null for run-wide events (run_timeout, interrupted)"),
   test: z.string().nullable(),
   after_s: z.number(),
   detail: z.string(),
