@@ -45,8 +45,26 @@ export interface Session {
   deps: ToolDeps;
   session: RunDirSession;
   resumed: boolean;
-  /** Writes patch.diff and the session's last trace line, then closes the sandbox. Idempotent. */
-  finish(reason: string): Promise<void>;
+  /**
+   * Writes patch.diff, closes the sandbox (cancelling commands still running), waits for `settled`
+   * (the owner's signal that the calls those commands served have answered, hence written their trace
+   * lines), then appends session_end, so that it stays the trace's last line. Idempotent.
+   */
+  finish(reason: string, opts?: { settled?: () => Promise<void> }): Promise<void>;
+}
+
+/** How long shutdown waits for the sandbox to close before writing session_end anyway. */
+const CLOSE_WAIT_MS = 15_000;
+
+/** Resolves when `p` settles or after `ms`, whichever is first; true when `p` settled in time. */
+async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((res) => (timer = setTimeout(() => res(false), ms)));
+  try {
+    return await Promise.race([p.then(() => true as const), late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /**
@@ -99,7 +117,7 @@ export async function openSession(opts: SessionOptions): Promise<Session> {
     base_commit: session.baseCommit,
   });
   let finished: Promise<void> | null = null;
-  const finish = (reason: string): Promise<void> => {
+  const finish = (reason: string, finishOpts: { settled?: () => Promise<void> } = {}): Promise<void> => {
     finished ??= (async () => {
       const started = Date.now();
       let patch: { files_changed: number; patch_bytes: number } | { error: string };
@@ -111,12 +129,16 @@ export async function openSession(opts: SessionOptions): Promise<Session> {
         patch = { error: (e as Error).message };
         opts.logger.error({ err: (e as Error).message }, "could not write patch.diff at shutdown");
       }
+      // Closing first cancels a command still running; its tool call then records itself before session_end.
+      const closing = sandbox.close().catch((e: unknown) => opts.logger.error({ err: String(e) }, "sandbox close failed"));
+      if (!(await within(closing, CLOSE_WAIT_MS))) opts.logger.error(`the sandbox did not close within ${CLOSE_WAIT_MS / 1000} s; ending the session anyway`);
+      else if (finishOpts.settled) await finishOpts.settled().catch(() => undefined);
       try {
         trace.append({ ts: new Date().toISOString(), event: "session_end", reason, duration_ms: Date.now() - started, submitted: session.submitted() !== null, patch });
       } catch (e) {
         opts.logger.error({ err: String(e) }, "could not append the last trace line");
       }
-      await sandbox.close().catch((e: unknown) => opts.logger.error({ err: String(e) }, "sandbox close failed"));
+      await closing;
     })();
     return finished;
   };
