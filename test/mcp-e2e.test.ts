@@ -1,7 +1,8 @@
 /**
  * End to end: the real CLI (`node dist/cli/main.js serve --task grad-bucketing --sandbox <backend>`)
  * spawned over stdio and driven by the SDK's Client, on real ranks. Parameterised over sandbox
- * backends: INFRADEV_E2E_SANDBOXES=local,docker (default: local).
+ * backends (test/helpers/backends.ts): INFRADEV_E2E_SANDBOXES=local,docker; by default local, plus
+ * docker when an engine answers or INFRADEV_REQUIRE_DOCKER=1 (docker runs the local test image).
  *
  * The golden patch is read here, by the test, straight from the task folder on the host; the
  * server never opens hidden/ (and the sandbox cannot: that is tested below through the tools).
@@ -16,21 +17,22 @@ import type { CallToolResult, Progress } from "@modelcontextprotocol/sdk/types.j
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundledTasksDir, packageRoot } from "../lib/paths.js";
 import { TOOL_NAMES } from "../tools/index.js";
+import { SANDBOX_BACKENDS, backendCliFlags, ensureBuilt, prepareBackend, type Backend } from "./helpers/backends.js";
 
 const ROOT = packageRoot();
 const CLI = join(ROOT, "dist", "cli", "main.js");
 const TASK = "grad-bucketing";
 const TASK_DIR = join(bundledTasksDir(), TASK);
 const GOLDEN = join(TASK_DIR, "hidden", "golden.patch");
-const BACKENDS = (process.env.INFRADEV_E2E_SANDBOXES ?? "local").split(",").map((s) => s.trim()).filter(Boolean);
+const BACKENDS = SANDBOX_BACKENDS;
 const LONG = { timeout: 600_000 };
 
 type Result = CallToolResult & { structuredContent?: Record<string, any> };
 const text = (r: CallToolResult) => (r.content[0] as { text: string }).text;
 
 beforeAll(() => {
-  // The e2e drives the built CLI: build once if dist/ is missing or older than the sources we test.
-  if (!existsSync(CLI) || process.env.INFRADEV_E2E_BUILD === "1") execFileSync("npm", ["run", "--silent", "build"], { cwd: ROOT, stdio: "inherit" });
+  // The e2e drives the built CLI: build if dist/ is missing or older than the sources we test.
+  ensureBuilt();
 }, 300_000);
 
 interface Served {
@@ -40,10 +42,10 @@ interface Served {
   call(name: string, args?: Record<string, unknown>, onprogress?: (p: Progress) => void): Promise<Result>;
 }
 
-async function serve(backend: string, runsDir: string, extra: string[] = []): Promise<Served> {
+async function serve(backend: Backend, runsDir: string, extra: string[] = []): Promise<Served> {
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: [CLI, "serve", "--task", TASK, "--sandbox", backend, "--runs-dir", runsDir, ...extra],
+    args: [CLI, "serve", "--task", TASK, "--sandbox", backend, ...backendCliFlags(backend), "--runs-dir", runsDir, ...extra],
     env: { ...(process.env as Record<string, string>), INFRADEV_LOG_LEVEL: "info" },
     stderr: "pipe",
     cwd: ROOT,
@@ -88,6 +90,7 @@ describe.each(BACKENDS)("infradev serve --sandbox %s (grad-bucketing)", (backend
   let workspace: string; // as the sandbox sees it
 
   beforeAll(async () => {
+    await prepareBackend(backend);
     runsDir = mkdtempSync(join(tmpdir(), `infradev-e2e-${backend}-`));
     s = await serve(backend, runsDir);
   }, 120_000);
@@ -277,7 +280,7 @@ describe("stdio hygiene", () => {
   it("writes only JSON-RPC to stdout, and saves patch.diff when stdin closes", async () => {
     const dir = mkdtempSync(join(tmpdir(), "infradev-e2e-stdout-"));
     try {
-      const child = spawn(process.execPath, [CLI, "serve", "--task", TASK, "--sandbox", BACKENDS[0]!, "--runs-dir", dir], {
+      const child = spawn(process.execPath, [CLI, "serve", "--task", TASK, "--sandbox", BACKENDS[0]!, ...backendCliFlags(BACKENDS[0]!), "--runs-dir", dir], {
         stdio: ["pipe", "pipe", "pipe"],
         env: { ...process.env, INFRADEV_LOG_LEVEL: "debug" },
       });
