@@ -3,6 +3,7 @@ import type { Command } from "commander";
 import { createLogger } from "../lib/logger.js";
 import { createSandbox } from "../sandbox/index.js";
 import type { SandboxKind } from "../sandbox/types.js";
+import { serveHttp } from "../server/http.js";
 import type { SandboxFactory } from "../server/session.js";
 import { serveStdio } from "../server/stdio.js";
 import { addDockerOptions, dockerOptionsFromFlags, type DockerCliOptions, type DockerFlags } from "./sandbox-options.js";
@@ -32,23 +33,51 @@ export function makeSandboxFactory(docker: DockerCliOptions = {}): SandboxFactor
 /** The factory with no docker flags (the task's image and GPUs, the backend's default limits). */
 export const sandboxFactory: SandboxFactory = makeSandboxFactory();
 
+interface HttpFlags {
+  http?: boolean;
+  port?: string;
+  host?: string;
+  tokenFile?: string;
+  printToken?: boolean;
+}
+
+/** The --port number; the HTTP-only flags are refused without --http rather than silently ignored. */
+function httpPort(opts: HttpFlags): number {
+  if (!opts.http) {
+    const flags = { port: "--port", host: "--host", tokenFile: "--token-file", printToken: "--print-token" } as const;
+    const stray = (Object.keys(flags) as Array<keyof typeof flags>).filter((k) => opts[k] !== undefined).map((k) => flags[k]);
+    if (stray.length > 0) throw new Error(`serve: ${stray.join(", ")} only apply with --http`);
+    return 0;
+  }
+  if (opts.port === undefined) return 0;
+  const port = /^\d{1,5}$/.test(opts.port) ? Number(opts.port) : NaN;
+  if (!(port >= 0 && port <= 65535)) throw new Error(`serve: --port must be a number from 0 to 65535 (got "${opts.port}")`);
+  return port;
+}
+
 export function registerServeCommands(program: Command): void {
   const cmd = program
     .command("serve")
-    .description("serve one task to an MCP client over stdio (workspace in runs/<run-id>/workspace, tools run in the sandbox)")
+    .description("serve one task to an MCP client over stdio, or over Streamable HTTP on loopback with --http (workspace in runs/<run-id>/workspace, tools run in the sandbox)")
     .requiredOption("--task <id>", "task id (or path to a task folder)")
     .option("--sandbox <kind>", "local (bubblewrap) | docker | none (no isolation at all)", "local")
     .option("--runs-dir <dir>", "where runs/<run-id>/ folders go", process.env.INFRADEV_RUNS_DIR ?? "runs")
     .option("--resume <run-id>", "reopen an existing run (same workspace, trace appended)")
     .option("--python <path>", "Python interpreter inside the sandbox (default: the task's env.python)")
-    .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)");
+    .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
+    .option("--http", "serve Streamable HTTP at http://<host>:<port>/mcp instead of stdio (bearer token required)")
+    .option("--port <n>", "with --http: TCP port (default 0: a free one, printed at start)")
+    .option("--host <host>", "with --http: 127.0.0.1 (default), ::1 or localhost; anything else is refused")
+    .option("--token-file <file>", `with --http: read the token from this file (default: $INFRADEV_HTTP_TOKEN, else a random one in runs/<run-id>/http-token)`)
+    .option("--print-token", "with --http: put the token itself in the start-up line");
   addDockerOptions(cmd).action(
-    async (opts: DockerFlags & { task: string; sandbox: string; runsDir: string; resume?: string; python?: string; tasksDir?: string }) => {
+    async (opts: DockerFlags & { task: string; sandbox: string; runsDir: string; resume?: string; python?: string; tasksDir?: string } & HttpFlags) => {
       if (!KINDS.includes(opts.sandbox as SandboxKind)) throw new Error(`serve: --sandbox must be one of ${KINDS.join(", ")} (got "${opts.sandbox}")`);
       const logger = createLogger("infradev-serve");
       if (opts.sandbox === "none") logger.warn("--sandbox none: commands run as plain processes on this host; NOTHING is isolated");
       try {
-        await serveStdio({
+        const port = httpPort(opts);
+        const session = {
           taskId: opts.task,
           tasksRoot: opts.tasksDir ? resolve(opts.tasksDir) : undefined,
           runsDir: resolve(opts.runsDir),
@@ -57,7 +86,12 @@ export function registerServeCommands(program: Command): void {
           python: opts.python,
           logger,
           createSandbox: makeSandboxFactory(dockerOptionsFromFlags(opts)),
-        });
+        };
+        if (opts.http) {
+          await serveHttp({ ...session, host: opts.host ?? "127.0.0.1", port, tokenFile: opts.tokenFile && resolve(opts.tokenFile), printToken: opts.printToken });
+        } else {
+          await serveStdio(session);
+        }
       } catch (e) {
         // Start-up failures (unknown run, bwrap missing, task invalid) are the user's to fix: one
         // clear line on stderr, the stack only in the debug log; stdout stays clean for the client.
