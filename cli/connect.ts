@@ -2,6 +2,7 @@ import { resolve } from "node:path";
 import { join } from "node:path";
 import type { Command } from "commander";
 import { packageRoot } from "../lib/paths.js";
+import { loopbackListenHost, MCP_PATH, TOKEN_ENV } from "../server/http.js";
 import { loadPublicTask } from "../tasks/loader.js";
 import type { Harness } from "./skill.js";
 
@@ -68,6 +69,63 @@ export function opencodeConfig(o: ConnectOptions, runTimeoutSec: number): string
   return `${JSON.stringify(config, null, 2)}\n`;
 }
 
+/** The port `connect --http` writes into the config (the server must be started with it). */
+export const CONNECT_HTTP_PORT = 8741;
+
+/** The URL of `serve --http --host <host> --port <port>`. */
+export function httpUrl(host: string, port: number): string {
+  const h = loopbackListenHost(host);
+  return `http://${h.includes(":") ? `[${h}]` : h}:${port}${MCP_PATH}`;
+}
+
+/** `[mcp_servers.infradev]` for a server already listening: Codex sends $INFRADEV_HTTP_TOKEN as the bearer token. */
+export function codexHttpConfig(url: string, runTimeoutSec: number): string {
+  return [
+    "[mcp_servers.infradev]",
+    `url = ${toml(url)}`,
+    `bearer_token_env_var = ${toml(TOKEN_ENV)}`,
+    "# multi-rank pytest_run / measure (twice with compare_with_base) outlast Codex's 60 s default",
+    `tool_timeout_sec = ${toolTimeoutSec(runTimeoutSec)}`,
+    "",
+  ].join("\n");
+}
+
+/** The remote `mcp` entry for opencode.json; `oauth: false` so a 401 is reported, not taken for an OAuth server. */
+export function opencodeHttpConfig(url: string, runTimeoutSec: number): string {
+  const config = {
+    $schema: "https://opencode.ai/config.json",
+    mcp: {
+      infradev: {
+        type: "remote",
+        url,
+        enabled: true,
+        oauth: false,
+        headers: { Authorization: `Bearer {env:${TOKEN_ENV}}` },
+        timeout: toolTimeoutSec(runTimeoutSec) * 1000,
+      },
+    },
+  };
+  return `${JSON.stringify(config, null, 2)}\n`;
+}
+
+const shellQuote = (a: string) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, "'\\''")}'`);
+
+/** What to run first, as comment lines: with HTTP the harness does not start the server. */
+function httpSteps(o: ConnectOptions, host: string, port: number, harness: Harness): string {
+  const serve = [...serveArgv(o), "--http", "--host", host, "--port", String(port)].map(shellQuote).join(" ");
+  const runs = resolve(o.runsDir);
+  return [
+    "# 1. start the server (it keeps running; Ctrl-C or SIGTERM writes runs/<run-id>/patch.diff):",
+    `#      ${serve}`,
+    `#    it prints the URL and the token file, ${runs}/<run-id>/http-token (or export ${TOKEN_ENV} first to choose the token)`,
+    `# 2. in the shell that starts ${harness}: export ${TOKEN_ENV}="$(cat ${runs}/<run-id>/http-token)"`,
+    harness === "codex"
+      ? "# 3. add to ~/.codex/config.toml (or .codex/config.toml in a trusted project); skill: infradev skill install --codex"
+      : "# 3. merge into opencode.json (project) or ~/.config/opencode/opencode.json; timeout is in ms; skill: infradev skill install --opencode",
+    "",
+  ].join("\n");
+}
+
 export function registerConnectCommands(program: Command): void {
   program
     .command("connect <harness>")
@@ -76,12 +134,23 @@ export function registerConnectCommands(program: Command): void {
     .option("--sandbox <kind>", "sandbox backend the server will use: local | docker | none", "local")
     .option("--runs-dir <dir>", "where runs/<run-id>/ folders go", process.env.INFRADEV_RUNS_DIR ?? "runs")
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
-    .action((harness: string, opts: { task: string; sandbox: string; runsDir: string; tasksDir?: string }) => {
+    .option("--http", "connect to `serve --http` (Streamable HTTP on loopback, bearer token from $INFRADEV_HTTP_TOKEN) instead of starting it over stdio")
+    .option("--host <host>", "with --http: the server's loopback host", "127.0.0.1")
+    .option("--port <n>", "with --http: the server's port", String(CONNECT_HTTP_PORT))
+    .action((harness: string, opts: { task: string; sandbox: string; runsDir: string; tasksDir?: string; http?: boolean; host: string; port: string }) => {
       if (harness !== "codex" && harness !== "opencode") throw new Error(`connect: harness must be codex or opencode (got "${harness}")`);
       if (!["local", "docker", "none"].includes(opts.sandbox)) throw new Error(`connect: --sandbox must be local, docker or none (got "${opts.sandbox}")`);
       const task = loadPublicTask(opts.task, opts.tasksDir);
       const o: ConnectOptions = { task: opts.task, sandbox: opts.sandbox, runsDir: opts.runsDir, tasksDir: opts.tasksDir };
       const h = harness as Harness;
+      if (opts.http) {
+        const port = /^\d{1,5}$/.test(opts.port) ? Number(opts.port) : NaN;
+        if (!(port >= 1 && port <= 65535)) throw new Error(`connect: --port must be a fixed port from 1 to 65535 (got "${opts.port}"); the config names it`);
+        const url = httpUrl(opts.host, port);
+        process.stderr.write(httpSteps(o, opts.host, port, h));
+        process.stdout.write(h === "codex" ? codexHttpConfig(url, task.spec.run_timeout_sec) : opencodeHttpConfig(url, task.spec.run_timeout_sec));
+        return;
+      }
       if (h === "codex") {
         process.stderr.write("# add to ~/.codex/config.toml (or .codex/config.toml in a trusted project); skill: infradev skill install --codex\n");
         process.stdout.write(codexConfig(o, task.spec.run_timeout_sec));
