@@ -46,12 +46,12 @@ function httpPort(opts: HttpFlags): number {
   if (!opts.http) {
     const flags = { port: "--port", host: "--host", tokenFile: "--token-file", printToken: "--print-token" } as const;
     const stray = (Object.keys(flags) as Array<keyof typeof flags>).filter((k) => opts[k] !== undefined).map((k) => flags[k]);
-    if (stray.length > 0) throw new Error(`serve: ${stray.join(", ")} only apply with --http`);
+    if (stray.length > 0) throw new Error(`${stray.join(", ")} only apply with --http`);
     return 0;
   }
   if (opts.port === undefined) return 0;
   const port = /^\d{1,5}$/.test(opts.port) ? Number(opts.port) : NaN;
-  if (!(port >= 0 && port <= 65535)) throw new Error(`serve: --port must be a number from 0 to 65535 (got "${opts.port}")`);
+  if (!(port >= 0 && port <= 65535)) throw new Error(`--port must be a number from 0 to 65535 (got "${opts.port}")`);
   return port;
 }
 

@@ -292,7 +292,6 @@ export async function serveHttp(opts: ServeHttpOptions): Promise<void> {
   const tokenWhere = source.kind === "generated" ? tokenFile : source.kind === "env" ? `$${TOKEN_ENV}` : source.path;
   let http: HttpServerHandle;
   try {
-    if (source.kind === "generated") writeTokenFile(tokenFile, token);
     http = await startHttpServer({
       host: opts.host,
       port: opts.port,
@@ -301,6 +300,7 @@ export async function serveHttp(opts: ServeHttpOptions): Promise<void> {
       logger: log,
       tokenHint: `the token is in ${tokenWhere} on the server's host`,
     });
+    if (source.kind === "generated") writeTokenFile(tokenFile, token);
   } catch (e) {
     await session.finish("start failed");
     throw e;
