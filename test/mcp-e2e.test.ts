@@ -96,7 +96,7 @@ describe.each(BACKENDS)("infradev serve --sandbox %s (grad-bucketing)", (backend
   }, 120_000);
   afterAll(async () => {
     await s?.client.close();
-    rmSync(runsDir, { recursive: true, force: true });
+    if (runsDir) rmSync(runsDir, { recursive: true, force: true });
   });
 
   it("lists every tool with annotations and an output schema", async () => {
