@@ -12,7 +12,8 @@ import type { Calibration, CaseRecord, GoldCase, HardwareFingerprint } from "./t
  * hash + hardware fingerprint. Each run keeps its session files, so a killed calibration resumes.
  */
 
-export const CALIBRATION_FORMAT = 1;
+/** 2: gold graded under the same restore of pytest-affecting files and config pin as submissions. */
+export const CALIBRATION_FORMAT = 2;
 export const CALIBRATION_RUNS = 3;
 
 export function defaultCalibrationDir(): string {

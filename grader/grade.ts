@@ -6,6 +6,7 @@ import { readJsonFile, sha256, taskContentHash, writeJsonAtomic } from "./files.
 import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
 import { runSubmission, type SandboxFactory } from "./pipeline.js";
 import { goldView, scoreSubmission, type SubmissionOutcome } from "./score.js";
+import type { ConfigRevert, PytestPin } from "./test-config.js";
 import type { Calibration, GradeResult, HardwareFingerprint } from "./types.js";
 
 /**
@@ -15,7 +16,8 @@ import type { Calibration, GradeResult, HardwareFingerprint } from "./types.js";
  *     submission.patch   the patch as given        apply.json / apply.log   how it applied
  *     sessions/<mode>.<session>.json  merged cases of each finished session (resume points)
  *     logs/<mode>.<session>/          the launcher's files (rank logs, JUnit, launch.json)
- *     meta.json          task hash, calibration, flaky gold cases, reverted test edits, timings
+ *     meta.json          task hash, calibration, flaky gold cases, reverted test edits and
+ *                        pytest-affecting files (reverted_test_config), the pytest pin, timings
  *     result.json        the result (what --json prints); written last, so it marks completion
  *
  * A complete result for the same task content and calibration is reused; a run killed midway
@@ -38,7 +40,14 @@ export interface GradeOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * Version of the rules a result was graded under; a result from other rules is graded again.
+ * 2: pytest-affecting files outside the test dirs restored, sessions pinned to the base's config.
+ */
+export const GRADING_RULES = 2;
+
 export interface GradeMeta {
+  grading_rules: number;
   task_hash: string;
   fingerprint_hash: string;
   calibration_created_at: string;
@@ -46,6 +55,10 @@ export interface GradeMeta {
   patch_file: string | null;
   flaky_gold_cases: string[];
   reverted_test_edits: string[];
+  /** Pytest-affecting files outside the test dirs the submission touched: restored to base or removed. */
+  reverted_test_config: ConfigRevert[];
+  /** The arguments that pinned the sessions to the base's pytest config (null when nothing ran). */
+  pytest_pin: PytestPin | null;
   reused_sessions: string[];
   harness_error?: string;
   duration_s: number;
@@ -82,7 +95,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
 
   const previous = readJsonFile<GradeResult>(join(artifactDir, "result.json"));
   const previousMeta = readJsonFile<GradeMeta>(join(artifactDir, "meta.json"));
-  if (previous && previousMeta && previousMeta.task_hash === taskHash && previousMeta.fingerprint_hash === fpHash && previous.status !== "harness_fault") {
+  if (previous && previousMeta && previousMeta.grading_rules === GRADING_RULES && previousMeta.task_hash === taskHash && previousMeta.fingerprint_hash === fpHash && previous.status !== "harness_fault") {
     say(`complete result found, reusing ${join(artifactDir, "result.json")}`);
     return { result: previous, artifactDir, reused: true };
   }
@@ -106,6 +119,8 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
 
   let outcome: SubmissionOutcome;
   let reverted: string[] = [];
+  let revertedConfig: ConfigRevert[] = [];
+  let pin: PytestPin | null = null;
   let reusedSessions: string[] = [];
   let harnessError: string | undefined;
   if (bytes === null) {
@@ -127,6 +142,8 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
       outcome = { task_id: task.id, status: "inapplicable", apply_method: null, reason: run.reason };
     } else {
       reverted = run.revertedTestEdits;
+      revertedConfig = run.revertedTestConfig;
+      pin = run.pytestPin;
       reusedSessions = run.reusedSessions;
       harnessError = run.harnessError;
       outcome = run.harnessError
@@ -136,6 +153,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   }
   const result = scoreSubmission(gold, outcome);
   const meta: GradeMeta = {
+    grading_rules: GRADING_RULES,
     task_hash: taskHash,
     fingerprint_hash: fpHash,
     calibration_created_at: calibration.created_at,
@@ -143,6 +161,8 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
     patch_file: opts.patchFile,
     flaky_gold_cases: calibration.flaky,
     reverted_test_edits: reverted,
+    reverted_test_config: revertedConfig,
+    pytest_pin: pin,
     reused_sessions: reusedSessions,
     ...(harnessError ? { harness_error: harnessError } : {}),
     duration_s: (Date.now() - started) / 1000,

@@ -6,13 +6,16 @@ import { applyPatch } from "./apply.js";
 import { writeJsonAtomic } from "./files.js";
 import { checkPatch } from "./patch-check.js";
 import { planSessions, runSessions } from "./sessions.js";
+import type { ConfigRevert, PytestPin } from "./test-config.js";
 import type { ApplyMethod, CaseRecord, CollectionError, SessionResult } from "./types.js";
-import { freshWorkspace, installGradingTests, removeWorkspace } from "./workspace.js";
+import { freshWorkspace, installGradingTests, pytestPinFor, removeWorkspace, revertTestConfig } from "./workspace.js";
 
 /**
- * One submission through the container-side steps: fresh workspace → apply → revert test edits →
- * post-PR tests + probes → sessions. Shared by `grade` and by gold's calibration runs. Everything it
- * learns is written under `artifactDir` (apply.json, apply.log, sessions/, logs/).
+ * One submission through the container-side steps: fresh workspace → apply → restore the
+ * pytest-affecting files it touched (test-config.ts) → revert test edits → post-PR tests + probes →
+ * sessions pinned to the base's pytest config. Shared by `grade` and by gold's calibration runs, so
+ * gold is held to the same rules. Everything it learns is written under `artifactDir` (apply.json,
+ * apply.log, sessions/, logs/).
  */
 
 /** Makes the grader's sandbox over a fresh workspace (the CLI passes one built on createSandbox). */
@@ -42,6 +45,9 @@ export type RunOutcome =
       harnessError?: string;
       /** Test-dir paths the submission had touched, reverted before the post-PR tests went in. */
       revertedTestEdits: string[];
+      /** Pytest-affecting files outside the test dirs it had touched, restored or removed. */
+      revertedTestConfig: ConfigRevert[];
+      pytestPin: PytestPin;
       reusedSessions: string[];
     };
 
@@ -64,16 +70,33 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       writeJsonAtomic(join(artifactDir, "apply.json"), { applied: false, reason: applied.reason });
       return { kind: "inapplicable", reason: applied.reason };
     }
-    const install = await installGradingTests(task, ws, applied.paths);
-    writeJsonAtomic(join(artifactDir, "apply.json"), { applied: true, method: applied.method, paths: applied.paths, reverted_test_edits: install.reverted });
-    opts.onProgress?.(`applied with ${applied.method}${install.reverted.length ? `; reverted ${install.reverted.length} edit(s) under the test dirs` : ""}`);
-    const plans = planSessions(task, ws.repoDir, { combine: opts.combine });
+    // What the patch names and what git sees: a file hidden from git status by an ignore rule still counts.
+    const touched = [...new Set([...pre.paths, ...applied.paths])].sort();
+    const configReverts = await revertTestConfig(task, ws, touched);
+    const install = await installGradingTests(task, ws, touched);
+    const pin = pytestPinFor(ws.repoDir);
+    writeJsonAtomic(join(artifactDir, "apply.json"), {
+      applied: true,
+      method: applied.method,
+      paths: applied.paths,
+      reverted_test_edits: install.reverted,
+      reverted_test_config: configReverts,
+      pytest_pin: pin,
+    });
+    const notes = [
+      install.reverted.length ? `reverted ${install.reverted.length} edit(s) under the test dirs` : "",
+      configReverts.length ? `restored or removed ${configReverts.length} pytest-affecting file(s) outside them (${configReverts.map((c) => c.path).join(", ")})` : "",
+      pin.droppedAddopts.length ? `left ${pin.droppedAddopts.join(" ")} out of the base's addopts` : "",
+    ].filter(Boolean);
+    opts.onProgress?.(`applied with ${applied.method}${notes.map((n) => `; ${n}`).join("")}`);
+    const plans = planSessions(task, ws.repoDir, { combine: opts.combine, pin });
+    const reverts = { revertedTestEdits: install.reverted, revertedTestConfig: configReverts, pytestPin: pin };
     let sandbox: Sandbox;
     try {
       sandbox = await opts.sandboxFactory({ task, hostRepoDir: ws.repoDir });
     } catch (e) {
       const harnessError = `sandbox could not start: ${(e as Error).message}`;
-      return { kind: "ran", method: applied.method, sessions: [], cases: [], collectionErrors: [], harnessError, revertedTestEdits: install.reverted, reusedSessions: [] };
+      return { kind: "ran", method: applied.method, sessions: [], cases: [], collectionErrors: [], harnessError, ...reverts, reusedSessions: [] };
     }
     try {
       const out = await runSessions({
@@ -93,7 +116,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
         cases: out.sessions.flatMap((s) => s.cases),
         collectionErrors: out.sessions.flatMap((s) => s.collection_errors),
         ...(out.harnessError ? { harnessError: out.harnessError } : {}),
-        revertedTestEdits: install.reverted,
+        ...reverts,
         reusedSessions: out.reused,
       };
     } finally {

@@ -8,7 +8,8 @@ import type { GraderTask } from "../tasks/loader.js";
 import { readJsonFile, writeJsonAtomic } from "./files.js";
 import { exceptionType } from "./labels.js";
 import type { CaseRecord, CollectionError, SessionResult, Suite } from "./types.js";
-import { PROBES_DIR } from "./workspace.js";
+import type { PytestPin } from "./test-config.js";
+import { PROBES_DIR, pytestPinFor } from "./workspace.js";
 
 /**
  * The pytest sessions of one grading run, and running them with a file per finished session so
@@ -49,12 +50,16 @@ export function suitesClash(repoDir: string, officialDirs: string[]): boolean {
   return testModules(join(repoDir, PROBES_DIR)).some((m) => official.has(basename(m)));
 }
 
-export function planSessions(task: GraderTask, repoDir: string, opts: { combine?: boolean } = {}): SessionPlan[] {
+/**
+ * `pin`: the arguments that pin pytest's config to the base's (test-config.ts); read from the
+ * repo root when not given — after the restore of the submission's pytest-affecting files.
+ */
+export function planSessions(task: GraderTask, repoDir: string, opts: { combine?: boolean; pin?: PytestPin } = {}): SessionPlan[] {
   const spec = task.fullSpec;
   const official = spec.test_dirs.map((d) => d.replace(/\/+$/, "")).filter((d) => existsSync(join(repoDir, d)));
   const combine = (opts.combine ?? true) && !suitesClash(repoDir, official);
   const modes = Object.keys(spec.modes);
-  const common = ["--continue-on-collection-errors"];
+  const common = ["--continue-on-collection-errors", ...(opts.pin ?? pytestPinFor(repoDir)).args];
   return modes.flatMap((mode): SessionPlan[] => {
     const env = { ...spec.env.vars, ...spec.modes[mode] };
     const idPrefix = modes.length > 1 ? `${mode}/` : "";

@@ -5,9 +5,9 @@ import { execa } from "execa";
 import type { GraderTask } from "../tasks/loader.js";
 import { createSnapshot } from "../tasks/snapshot.js";
 import { changedPaths } from "./apply.js";
+import { PROBES_DIR, ROOT_CONFIG_NAMES, planConfigReverts, planPytestPin, pytestConcern, type ChangedFile, type ConfigRevert, type PytestPin } from "./test-config.js";
 
-/** Where the hidden probes go inside the grading workspace. */
-export const PROBES_DIR = "infradev_probes";
+export { PROBES_DIR };
 
 export interface GradingWorkspace {
   /** Host folder holding the repo (and nothing an agent ever had). */
@@ -90,4 +90,63 @@ export async function installGradingTests(task: GraderTask, ws: GradingWorkspace
   removePath(join(ws.repoDir, PROBES_DIR));
   cpSync(task.hidden.probesDir, join(ws.repoDir, PROBES_DIR), { recursive: true, dereference: false, verbatimSymlinks: true });
   return { reverted };
+}
+
+const testDirsOf = (task: GraderTask) => task.fullSpec.test_dirs.map((d) => d.replace(/\/+$/, ""));
+
+/** Every path tracked at base (NUL-separated, so any name works). */
+async function baseFiles(ws: GradingWorkspace): Promise<Set<string>> {
+  const r = await execa("git", ["ls-tree", "-r", "-z", "--name-only", ws.baseCommit], { cwd: ws.repoDir, stripFinalNewline: false });
+  return new Set(r.stdout.split("\0").filter(Boolean));
+}
+
+/** A regular file's text, or null (absent, a folder, a link). */
+function readRegular(p: string): string | null {
+  try {
+    return lstatSync(p).isFile() ? readFileSync(p, "utf8") : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The I/O around planConfigReverts (test-config.ts): reads what the plan needs, then restores base's
+ * version of (or removes) every pytest-affecting file the submission touched outside the test dirs.
+ * `changed`: every path the patch named or git sees changed — headers too, so that a file hidden
+ * from `git status` by a .gitignore the patch also edits is still seen.
+ */
+export async function revertTestConfig(task: GraderTask, ws: GradingWorkspace, changed: readonly string[]): Promise<ConfigRevert[]> {
+  const dirs = testDirsOf(task);
+  const concerned = [...new Set(changed)].filter((p) => pytestConcern(p, dirs) !== null);
+  if (concerned.length === 0) return [];
+  const inBase = await baseFiles(ws);
+  const files: ChangedFile[] = [];
+  for (const path of concerned) {
+    const f: ChangedFile = { path, inBase: inBase.has(path) };
+    if (pytestConcern(path, dirs)?.kind === "section") {
+      f.after = readRegular(join(ws.repoDir, path));
+      f.base = f.inBase ? (await execa("git", ["cat-file", "blob", `${ws.baseCommit}:${path}`], { cwd: ws.repoDir, stripFinalNewline: false })).stdout : null;
+    }
+    files.push(f);
+  }
+  const plan = planConfigReverts(files, dirs);
+  for (const a of plan) {
+    removePath(join(ws.repoDir, a.path));
+    if (a.action === "restore") {
+      // Literal pathspecs: a name with * or ? must not match other files.
+      const r = await execa("git", ["--literal-pathspecs", "checkout", ws.baseCommit, "--", a.path], { cwd: ws.repoDir, reject: false, all: true });
+      if (r.exitCode !== 0) throw new Error(`grading workspace: could not restore base's ${a.path}: ${r.all}`);
+    }
+  }
+  return plan;
+}
+
+/** The pytest arguments that pin the sessions to the base's config (read after revertTestConfig). */
+export function pytestPinFor(repoDir: string): PytestPin {
+  const root: Record<string, string> = {};
+  for (const name of ROOT_CONFIG_NAMES) {
+    const text = readRegular(join(repoDir, name));
+    if (text !== null) root[name] = text;
+  }
+  return planPytestPin(root);
 }
