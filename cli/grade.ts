@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { InvalidArgumentError, Option, type Command } from "commander";
 import { createLogger } from "../lib/logger.js";
@@ -72,7 +73,13 @@ function yesNo(b: boolean | null): string {
 }
 
 /** The human summary of one result. */
-export function formatResult(r: GradeResult, resultPath: string): string {
+/** What the grader undid before testing, from meta.json (absent when nothing was applied). */
+export interface RevertSummary {
+  reverted_test_edits?: string[];
+  reverted_test_config?: Array<{ path: string; action: string }>;
+}
+
+export function formatResult(r: GradeResult, resultPath: string, reverts: RevertSummary = {}): string {
   const set = (name: string, s: GradeResult["official"]) =>
     `${name.padEnd(22)} ${s.passed ?? "-"}/${s.n_cases} passed   s_p ${s.score === null ? "n/a" : s.score.toFixed(3)}   resolved ${yesNo(s.resolved)}   strict ${yesNo(s.resolved_strict)}`;
   const lines = [
@@ -80,6 +87,14 @@ export function formatResult(r: GradeResult, resultPath: string): string {
     set("Set A (official)", r.official),
     set("Set B (with probes)", r.with_probes),
   ];
+  const edits = reverts.reverted_test_edits ?? [];
+  const config = reverts.reverted_test_config ?? [];
+  if (edits.length || config.length) {
+    lines.push(
+      `undone before testing: ${edits.length} edit(s) under the test dirs, ${config.length} pytest-affecting file(s)` +
+        (config.length ? ` (${config.map((c) => `${c.action} ${c.path}`).join(", ")})` : ""),
+    );
+  }
   const failing = r.cases.filter((c) => c.label);
   if (failing.length) {
     lines.push("cases gold passes and this submission does not:");
@@ -87,6 +102,14 @@ export function formatResult(r: GradeResult, resultPath: string): string {
   }
   lines.push(`result: ${resultPath}`);
   return lines.join("\n");
+}
+
+function readReverts(artifactDir: string): RevertSummary {
+  try {
+    return JSON.parse(readFileSync(resolve(artifactDir, "meta.json"), "utf8")) as RevertSummary;
+  } catch {
+    return {};
+  }
 }
 
 function parseOut(v: string): string {
@@ -114,7 +137,7 @@ export function registerGradeCommands(program: Command): void {
       onProgress: progressToStderr(`[grade ${task.id}] `),
     });
     const resultPath = resolve(out.artifactDir, "result.json");
-    process.stdout.write(opts.json ? `${JSON.stringify(out.result, null, 2)}\n` : `${formatResult(out.result, resultPath)}\n`);
+    process.stdout.write(opts.json ? `${JSON.stringify(out.result, null, 2)}\n` : `${formatResult(out.result, resultPath, readReverts(out.artifactDir))}\n`);
     // A harness fault is not a verdict on the submission: a distinct exit code lets scripts retry.
     if (out.result.status === "harness_fault") process.exitCode = 3;
   });

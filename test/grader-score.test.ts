@@ -167,3 +167,32 @@ describe("demo expectations (pure)", () => {
     ]);
   });
 });
+
+describe("grade's text summary", () => {
+  const set = { n_cases: 2, passed: 1, score: 0.5, resolved: false, resolved_strict: false };
+  const result = {
+    task_id: "t",
+    status: "graded",
+    patch_applied: true,
+    apply_method: "git_apply",
+    n_cases: 2,
+    passed: 1,
+    score: 0.5,
+    resolved: false,
+    resolved_strict: false,
+    official: set,
+    with_probes: set,
+    cases: [{ id: "infradev_probes/test_p.py::test_avg", suite: "probe", outcome: "failed", label: "numerical" }],
+  } as unknown as GradeResult;
+
+  it("says what the grader undid before testing, and the labelled failures", async () => {
+    const { formatResult } = await import("../cli/grade.js");
+    const text = formatResult(result, "/r/result.json", {
+      reverted_test_edits: ["tests/test_a.py"],
+      reverted_test_config: [{ path: "conftest.py", action: "delete" }],
+    });
+    expect(text).toContain("undone before testing: 1 edit(s) under the test dirs, 1 pytest-affecting file(s) (delete conftest.py)");
+    expect(text).toMatch(/numerical\s+failed\s+infradev_probes\/test_p.py::test_avg/);
+    expect(formatResult(result, "/r/result.json")).not.toContain("undone before testing");
+  });
+});
