@@ -16,7 +16,7 @@ import { measureCommand } from "./support/measure-command.js";
 import { registerTool, type ToolContext } from "./support/register.js";
 import { errorResult, okResult } from "./support/result.js";
 import { newResultsDir } from "./support/results-dir.js";
-import { checkTestPath } from "./support/sandbox-paths.js";
+import { firstBadTestPath } from "./support/sandbox-paths.js";
 import { modeEnv, randomPort } from "./support/task-env.js";
 
 const DEFAULT_COMMAND_TIMEOUT_SEC = 600;
@@ -120,10 +120,8 @@ export function registerMeasureTool(server: McpServer, deps: ToolDeps): void {
       if (hasTests === hasCommand) {
         return errorResult("measure: give exactly one of `tests` (pytest ids, e.g. [\"tests/test_trainer.py\"]) or `command` (e.g. \"python bench.py\")");
       }
-      for (const p of args.tests ?? []) {
-        const c = checkTestPath(p, sandbox.repoDir);
-        if (!c.ok) return errorResult(`measure: ${c.error}`);
-      }
+      const badPath = firstBadTestPath("measure", args.tests ?? [], sandbox.repoDir);
+      if (badPath) return errorResult(badPath);
       if (args.compare_with_base && !base) {
         return errorResult("measure: compare_with_base needs the pristine base checkout, which this session does not have (the sandbox backend does not mount it)");
       }

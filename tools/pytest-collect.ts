@@ -4,7 +4,7 @@ import { parseCollectOutput } from "./support/collect-parse.js";
 import type { ToolDeps } from "./support/deps.js";
 import { registerTool } from "./support/register.js";
 import { errorResult, okResult } from "./support/result.js";
-import { checkTestPath } from "./support/sandbox-paths.js";
+import { firstBadTestPath } from "./support/sandbox-paths.js";
 import { modeEnv, randomPort, singleProcessEnv } from "./support/task-env.js";
 
 const MAX_NODE_IDS = 200;
@@ -47,10 +47,8 @@ export function registerPytestCollectTool(server: McpServer, deps: ToolDeps): vo
     async (args, ctx) => {
       const { sandbox, task } = deps;
       const paths = args.paths && args.paths.length > 0 ? args.paths : task.spec.test_dirs;
-      for (const p of paths) {
-        const c = checkTestPath(p, sandbox.repoDir);
-        if (!c.ok) return errorResult(`pytest_collect: ${c.error}`);
-      }
+      const badPath = firstBadTestPath("pytest_collect", paths, sandbox.repoDir);
+      if (badPath) return errorResult(badPath);
       const env = modeEnv(task, undefined);
       if (!env.ok) return errorResult(`pytest_collect: ${env.error}`);
       const res = await sandbox.exec([sandbox.python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", ...paths], {

@@ -15,7 +15,7 @@ import {
   toEvents,
   toTestResult,
 } from "./support/run-summary.js";
-import { checkTestPath, hostToSandboxPath } from "./support/sandbox-paths.js";
+import { firstBadTestPath, hostToSandboxPath } from "./support/sandbox-paths.js";
 import { modeEnv } from "./support/task-env.js";
 
 const MAX_TESTS = 300;
@@ -62,10 +62,8 @@ export function registerPytestRunTool(server: McpServer, deps: ToolDeps): void {
     async (args, ctx) => {
       const { sandbox, task } = deps;
       const paths = args.paths && args.paths.length > 0 ? args.paths : task.spec.test_dirs;
-      for (const p of paths) {
-        const c = checkTestPath(p, sandbox.repoDir);
-        if (!c.ok) return errorResult(`pytest_run: ${c.error}`);
-      }
+      const badPath = firstBadTestPath("pytest_run", paths, sandbox.repoDir);
+      if (badPath) return errorResult(badPath);
       if (args.k !== undefined && args.k.startsWith("-")) return errorResult("pytest_run: k must be a -k expression, not an option (it starts with '-')");
       const env = modeEnv(task, args.mode);
       if (!env.ok) return errorResult(`pytest_run: ${env.error}`);

@@ -31,6 +31,15 @@ export function checkTestPath(p: string, root: string): SandboxPathCheck {
   return { ok: true, path: p, relative: checked.relative };
 }
 
+/** The first invalid test path among `paths`, as "<tool>: <why>", or null when all are fine. */
+export function firstBadTestPath(tool: string, paths: readonly string[], root: string): string | null {
+  for (const p of paths) {
+    const c = checkTestPath(p, root);
+    if (!c.ok) return `${tool}: ${c.error}`;
+  }
+  return null;
+}
+
 /** Maps a host path under the workspace to the path the sandbox sees, or null when it is not under it. */
 export function hostToSandboxPath(hostPath: string, hostRoot: string, sandboxRoot: string): string | null {
   const rel = posix.relative(hostRoot, hostPath);
