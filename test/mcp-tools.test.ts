@@ -111,6 +111,18 @@ describe("tools", () => {
     expect(slow.structuredContent).toMatchObject({ timed_out: true });
   });
 
+  it("pytest_collect, pytest_run and measure refuse test paths outside the workspace or disguised as options", async () => {
+    for (const [tool, args] of [
+      ["pytest_collect", { paths: ["../../etc/passwd"] }],
+      ["pytest_run", { paths: ["--co"] }],
+      ["measure", { tests: ["../outside.py::test_x"] }],
+    ] as const) {
+      const r = await call(tool, args as Record<string, unknown>);
+      expect(r.isError, tool).toBe(true);
+      expect(text(r)).toMatch(new RegExp(`^${tool}: .*(outside|pytest option)`));
+    }
+  });
+
   it("cancelling a call (notifications/cancelled) kills the command's process tree", async () => {
     const ac = new AbortController();
     const pending = client.callTool({ name: "run_shell", arguments: { command: "sleep 1019.5 & sleep 1019.75; wait" } }, undefined, { signal: ac.signal });
