@@ -128,8 +128,8 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
   ];
 
   let timer: NodeJS.Timeout | undefined;
+  let last = -1;
   if (opts.onProgress) {
-    let last = -1;
     // After a hang the launcher restarts the ranks on the remaining tests and rank0.collected.json is
     // rewritten with fewer ids: the first (largest) count is the session's total.
     let total = 0;
@@ -169,5 +169,8 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
     resources.push(readRankResources(hostOutDir, r));
   }
   const cases = mergeRankReports(perRank, { events: launch.events, resources, collected: launch.collected });
+  // A session shorter than the poll interval would otherwise report no progress at all: the
+  // client always hears the end.
+  if (opts.onProgress && cases.length > 0 && last !== cases.length) opts.onProgress(cases.length, cases.length);
   return { launch, cases, hostOutDir, exec };
 }

@@ -5,9 +5,9 @@ import { isIP, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
-import type { JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "../lib/logger.js";
 import { createServer } from "./create-server.js";
+import { InFlightToolCalls } from "./in-flight.js";
 import { openSession, type SessionOptions } from "./session.js";
 
 /** The one MCP endpoint. */
@@ -111,47 +111,6 @@ export interface HttpServerHandle {
   settled(maxMs: number): Promise<void>;
   /** Ends every MCP session and SSE stream, stops listening, drops the connections. Idempotent. */
   close(): Promise<void>;
-}
-
-/**
- * The tool calls received and not yet answered, over every MCP session. Shutdown cancels their
- * commands by closing the sandbox, then waits for them, so their trace lines come before
- * session_end (the stdio server does the same for its one transport).
- */
-class InFlightToolCalls {
-  private readonly open = new Set<string>();
-  private wake: (() => void) | null = null;
-
-  /** Wraps the hooks connect() set; `send` keeps its options (they route a reply to its SSE stream). */
-  track(transport: StreamableHTTPServerTransport): void {
-    const key = (id: unknown) => `${transport.sessionId ?? ""}\0${String(id)}`;
-    const deliver = transport.onmessage;
-    transport.onmessage = (msg, extra) => {
-      if ("method" in msg && msg.method === "tools/call" && "id" in msg) this.open.add(key(msg.id));
-      else if ("method" in msg && msg.method === "notifications/cancelled") this.done(key((msg.params as { requestId?: unknown } | undefined)?.requestId));
-      deliver?.(msg, extra);
-    };
-    const send = transport.send.bind(transport);
-    transport.send = (msg: JSONRPCMessage, options) => {
-      if ("id" in msg && !("method" in msg)) this.done(key(msg.id));
-      return send(msg, options);
-    };
-  }
-
-  private done(k: string): void {
-    if (this.open.delete(k) && this.open.size === 0) this.wake?.();
-  }
-
-  settled(maxMs: number): Promise<void> {
-    if (this.open.size === 0) return Promise.resolve();
-    return new Promise<void>((res) => {
-      const timer = setTimeout(res, maxMs);
-      this.wake = () => {
-        clearTimeout(timer);
-        res();
-      };
-    });
-  }
 }
 
 interface McpSession {

@@ -1,46 +1,10 @@
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
-import type { JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js";
 import { createServer } from "./create-server.js";
+import { InFlightToolCalls } from "./in-flight.js";
 import { openSession, type SessionOptions } from "./session.js";
 
 /** How long shutdown waits for tool calls whose commands it cancelled to answer. */
 const SETTLE_MS = 3_000;
-
-/**
- * Tracks the tool calls received and not yet answered (or cancelled by the client), through the
- * transport's public hooks (set by `connect()`). Shutdown cancels their commands by closing the
- * sandbox, then waits for them, so their trace lines come before session_end.
- */
-function trackToolCalls(transport: StdioServerTransport): { settled(maxMs: number): Promise<void> } {
-  const open = new Set<string | number>();
-  let wake: (() => void) | null = null;
-  const done = (id: unknown) => {
-    if (open.delete(id as string | number) && open.size === 0) wake?.();
-  };
-  const deliver = transport.onmessage;
-  transport.onmessage = (msg: JSONRPCMessage) => {
-    if ("method" in msg && msg.method === "tools/call" && "id" in msg) open.add(msg.id);
-    else if ("method" in msg && msg.method === "notifications/cancelled") done((msg.params as { requestId?: unknown } | undefined)?.requestId);
-    deliver?.(msg);
-  };
-  const send = transport.send.bind(transport);
-  transport.send = (msg: JSONRPCMessage) => {
-    if ("id" in msg && !("method" in msg)) done(msg.id);
-    return send(msg);
-  };
-  return {
-    settled: (maxMs) =>
-      open.size === 0
-        ? Promise.resolve()
-        : new Promise<void>((res) => {
-            const timer = setTimeout(res, maxMs);
-            wake = () => {
-              clearTimeout(timer);
-              res();
-            };
-          }),
-  };
-}
 
 /**
  * `infradev serve` on stdio. stdout carries JSON-RPC and nothing else (logs go to stderr). When the
@@ -54,7 +18,7 @@ export async function serveStdio(opts: SessionOptions & { onReady?: (info: { run
   const server = createServer(session.deps);
   const transport = new StdioServerTransport();
 
-  let calls: ReturnType<typeof trackToolCalls> | null = null;
+  const calls = new InFlightToolCalls();
   let stopping = false;
   const stop = async (reason: string, exitCode: number) => {
     if (stopping) return;
@@ -65,7 +29,7 @@ export async function serveStdio(opts: SessionOptions & { onReady?: (info: { run
       process.exit(exitCode || 1);
     }, 30_000);
     watchdog.unref();
-    await session.finish(reason, { settled: async () => calls?.settled(SETTLE_MS) });
+    await session.finish(reason, { settled: () => calls.settled(SETTLE_MS) });
     await server.close().catch(() => undefined);
     log.info({ patch: session.session.patchPath }, "session ended");
     process.exit(exitCode);
@@ -78,7 +42,7 @@ export async function serveStdio(opts: SessionOptions & { onReady?: (info: { run
   process.stdout.on("error", () => void stop("stdout closed", 0));
 
   await server.connect(transport);
-  calls = trackToolCalls(transport);
+  calls.track(transport);
   log.info(
     { run: session.session.runId, workspace: session.session.paths.workspaceDir, sandbox: session.deps.sandbox.kind, resumed: session.resumed },
     `serving task ${session.deps.task.id} on stdio (run ${session.session.runId})`,
