@@ -17,9 +17,10 @@ import { join, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
 import { silentLogger, type Logger } from "../lib/logger.js";
-import { packageRoot, pythonHelpersDir } from "../lib/paths.js";
+import { pythonHelpersDir } from "../lib/paths.js";
 import { DockerSandboxError, connectEngine, engineResources, ensureEngineReachable, ensureImage, explainStartError } from "./docker-engine.js";
 import { planDockerMounts } from "./docker-mounts.js";
+import { sandboxHiddenPaths } from "./hidden.js";
 import { OomWatch } from "./docker-oom.js";
 import { processStartTime } from "./docker-prune.js";
 import { DockerSandbox } from "./docker-sandbox.js";
@@ -122,8 +123,7 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
   const logger = opts.logger ?? silentLogger();
   const hostRepoDir = realDir(opts.hostRepoDir, "the workspace");
   const helpers = realDir(pythonHelpersDir(), "the python helpers folder");
-  const pkg = packageRoot();
-  const hidden = [...(opts.hiddenPaths ?? []), join(pkg, "tasks"), join(pkg, "runs")].map((p) => resolve(p));
+  const hidden = sandboxHiddenPaths(opts.hiddenPaths);
   const hostSystemMounts = opts.hostSystemMounts ?? false;
   let mounts;
   try {

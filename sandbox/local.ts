@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { delimiter, join, posix, relative, resolve } from "node:path";
 import { silentLogger, type Logger } from "../lib/logger.js";
 import { PathOutsideRootError, isPathInside, resolveInside } from "../lib/path-validation.js";
-import { packageRoot, pythonHelpersDir } from "../lib/paths.js";
+import { pythonHelpersDir } from "../lib/paths.js";
 import {
   DEFAULT_KILL_GRACE_MS,
   DEFAULT_TIMEOUT_SEC,
@@ -22,6 +22,7 @@ import {
 } from "./exec-common.js";
 import { type Bind, type ReadOnlyMount, maskArgs, nvidiaDevices, planLocalMounts, realpathOrNull } from "./local-mounts.js";
 import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
+import { sandboxHiddenPaths } from "./hidden.js";
 import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
 
 export type { ReadOnlyMount } from "./local-mounts.js";
@@ -169,8 +170,7 @@ export class LocalSandbox implements Sandbox {
 
     const repo = realpathOrNull(resolve(opts.hostRepoDir));
     if (repo === null || !statSync(repo).isDirectory()) throw new Error(`local sandbox: hostRepoDir ${opts.hostRepoDir} is not an existing folder`);
-    const pkg = packageRoot();
-    const hidden = [...(opts.hiddenPaths ?? []), join(pkg, "tasks"), join(pkg, "runs")].map((p) => resolve(p));
+    const hidden = sandboxHiddenPaths(opts.hiddenPaths);
 
     const wantGpu = opts.gpu ?? "auto";
     const devices = wantGpu === false ? [] : nvidiaDevices();

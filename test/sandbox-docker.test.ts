@@ -6,6 +6,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { HOST_SECRETS } from "../sandbox/hidden.js";
 import type { DockerSandbox } from "../sandbox/docker.js";
 import { dockerSuitePlan, ensureTestImage } from "./helpers/docker-image.js";
 import { SECRET, fakeTask, openTestSandbox, type FakeTask } from "./helpers/docker-sandbox.js";
@@ -80,6 +81,14 @@ describe.skipIf(!plan.run)("docker sandbox: commands and isolation", () => {
     expect(sb.toHostPath("a/b.py")).toBe(join(task.workspace, "a", "b.py"));
     expect(() => sb.toHostPath("/workspace/../etc/passwd")).toThrow(/outside the workspace/);
     expect(() => sb.toHostPath("/etc/passwd")).toThrow(/outside the workspace/);
+  });
+
+  it("masks host secrets under the bound host /etc", async () => {
+    const present = HOST_SECRETS.filter((p) => existsSync(p));
+    expect(present.length).toBeGreaterThan(0);
+    const script = present.map((p) => `if [ -d '${p}' ]; then ls -A '${p}'; else cat '${p}'; fi 2>/dev/null; echo "<${p}>"`).join("\n");
+    const r = await sb.exec(["sh", "-c", script]);
+    expect(r.stdout).toBe(present.map((p) => `<${p}>\n`).join(""));
   });
 
   it("cannot read any file of the task's hidden/ folder", async () => {

@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { packageRoot } from "../lib/paths.js";
 import { SandboxUnavailableError, createSandbox } from "../sandbox/index.js";
+import { HOST_SECRETS } from "../sandbox/hidden.js";
 import { LocalSandbox } from "../sandbox/local.js";
 import { processesMatching, uniqueSleepSeconds } from "./sandbox-test-helpers.js";
 
@@ -139,6 +140,14 @@ describe("local sandbox: hidden paths", () => {
     const check = await sb.checkHiddenPaths();
     expect(check.leaks).toEqual([]);
     expect(check.checked).toContain("/opt/harness/task/hidden");
+  });
+
+  it("masks host secrets under /etc (commands run as uid 0 without capabilities, which still owns them)", async () => {
+    const present = HOST_SECRETS.filter((p) => existsSync(p));
+    expect(present.length).toBeGreaterThan(0);
+    const r = await sh(present.map((p) => `if [ -d '${p}' ]; then ls -A '${p}'; else cat '${p}'; fi; echo "<${p}>"`).join("\n"));
+    expect(r.stdout).toBe(present.map((p) => `<${p}>\n`).join(""));
+    expect((await sh("cat /etc/passwd")).stdout).toContain("root:");
   });
 
   it("cannot read the package's own tasks/*/hidden, even when the package lies under a bound folder", async () => {
