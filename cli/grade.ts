@@ -1,6 +1,6 @@
-import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { InvalidArgumentError, Option, type Command } from "commander";
+import { readJsonFile } from "../lib/json.js";
 import { createLogger } from "../lib/logger.js";
 import { bundledTasksDir } from "../lib/paths.js";
 import { createSandbox } from "../sandbox/index.js";
@@ -104,14 +104,6 @@ export function formatResult(r: GradeResult, resultPath: string, reverts: Revert
   return lines.join("\n");
 }
 
-function readReverts(artifactDir: string): RevertSummary {
-  try {
-    return JSON.parse(readFileSync(resolve(artifactDir, "meta.json"), "utf8")) as RevertSummary;
-  } catch {
-    return {};
-  }
-}
-
 function parseOut(v: string): string {
   if (!v.trim()) throw new InvalidArgumentError("expected a folder");
   return v;
@@ -137,7 +129,7 @@ export function registerGradeCommands(program: Command): void {
       onProgress: progressToStderr(`[grade ${task.id}] `),
     });
     const resultPath = resolve(out.artifactDir, "result.json");
-    process.stdout.write(opts.json ? `${JSON.stringify(out.result, null, 2)}\n` : `${formatResult(out.result, resultPath, readReverts(out.artifactDir))}\n`);
+    process.stdout.write(opts.json ? `${JSON.stringify(out.result, null, 2)}\n` : `${formatResult(out.result, resultPath, readJsonFile<RevertSummary>(resolve(out.artifactDir, "meta.json")) ?? {})}\n`);
     // A harness fault is not a verdict on the submission: a distinct exit code lets scripts retry.
     if (out.result.status === "harness_fault") process.exitCode = 3;
   });

@@ -4,13 +4,7 @@ import { dirname, join } from "node:path";
 
 /** Small file helpers shared by the grader's steps: atomic JSON, content hashes. */
 
-export function readJsonFile<T>(file: string): T | null {
-  try {
-    return JSON.parse(readFileSync(file, "utf8")) as T;
-  } catch {
-    return null;
-  }
-}
+export { readJsonFile } from "../lib/json.js";
 
 /** Writes JSON so that a reader (or a run killed mid-write) sees the old file or the new one, never half. */
 export function writeJsonAtomic(file: string, value: unknown): void {

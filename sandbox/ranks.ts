@@ -1,5 +1,6 @@
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join, posix } from "node:path";
+import { readJsonFile } from "../lib/json.js";
 import { parseJUnit, type JUnitCase } from "./junit.js";
 import { type LaunchEvent, type MergedCase, type ProbeMarker, type RankResources, mergeRankReports } from "./merge.js";
 import type { ExecResult, Sandbox } from "./types.js";
@@ -52,14 +53,6 @@ export interface RunRanksResult {
 
 type ProbeJson = { tests?: Record<string, RankResources & { markers?: { probe?: ProbeMarker } }> };
 
-function readJson<T>(file: string): T | null {
-  try {
-    return JSON.parse(readFileSync(file, "utf8")) as T;
-  } catch {
-    return null;
-  }
-}
-
 /** Distinct tests finished on a rank (results.jsonl is appended across restarts). */
 function countFinished(file: string): number {
   let text: string;
@@ -81,7 +74,7 @@ function countFinished(file: string): number {
  * was killed mid-session (probe.json is only written at a clean session end).
  */
 function readRankResources(hostOutDir: string, rank: number): NonNullable<ProbeJson["tests"]> {
-  const out: NonNullable<ProbeJson["tests"]> = { ...(readJson<ProbeJson>(join(hostOutDir, `rank${rank}.probe.json`))?.tests ?? {}) };
+  const out: NonNullable<ProbeJson["tests"]> = { ...(readJsonFile<ProbeJson>(join(hostOutDir, `rank${rank}.probe.json`))?.tests ?? {}) };
   let text = "";
   try {
     text = readFileSync(join(hostOutDir, `rank${rank}.results.jsonl`), "utf8");
@@ -134,7 +127,7 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
     // rewritten with fewer ids: the first (largest) count is the session's total.
     let total = 0;
     timer = setInterval(() => {
-      const collected = readJson<{ ids?: string[] }>(join(hostOutDir, "rank0.collected.json"));
+      const collected = readJsonFile<{ ids?: string[] }>(join(hostOutDir, "rank0.collected.json"));
       total = Math.max(total, collected?.ids?.length ?? 0);
       const done = Math.min(total, countFinished(join(hostOutDir, "rank0.results.jsonl")));
       if (done !== last && total > 0) {
@@ -156,7 +149,7 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
     if (timer) clearInterval(timer);
   }
 
-  const launch = readJson<LaunchSummary>(join(hostOutDir, "launch.json"));
+  const launch = readJsonFile<LaunchSummary>(join(hostOutDir, "launch.json"));
   if (exec.harnessError || !launch || launch.status === "launch_error") {
     const why = exec.harnessError ?? (launch ? `launcher: ${String(launch.error ?? "launch error")}` : `launcher wrote no launch.json (exit ${exec.exitCode}${exec.timedOut ? ", timed out" : ""}): ${exec.stderr.trim().split("\n").slice(-3).join(" | ")}`);
     return { launch, cases: [], hostOutDir, exec, harnessError: why };
