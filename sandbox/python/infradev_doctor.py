@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,21 +26,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+from infradev_launcher.procs import ALWAYS_ENV as MULTICAST_OFF, free_port  # noqa: E402  (after the path fix)
+
 GIB = 1 << 30
-# Keep NVLink multicast off in everything this process or its children start (shared GPU hosts).
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# MULTICAST_OFF: NVLink multicast stays off in everything this process or its children start (shared GPU hosts).
 
 
 def _check(ok, detail, **figures):
     out = {"ok": ok, "detail": detail}
     out.update(figures)
     return out
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def check_python():
@@ -136,7 +130,7 @@ def check_nccl(torch):
     from infradev_probe import measure
     for key, value in MULTICAST_OFF.items():
         os.environ.setdefault(key, value)
-    store = dist.TCPStore("127.0.0.1", _free_port(), 1, True)
+    store = dist.TCPStore("127.0.0.1", free_port(), 1, True)
     t0 = time.perf_counter()
     try:
         device = torch.device("cuda", torch.cuda.current_device())
