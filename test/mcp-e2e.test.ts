@@ -17,6 +17,7 @@ import type { CallToolResult, Progress } from "@modelcontextprotocol/sdk/types.j
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundledTasksDir, packageRoot } from "../lib/paths.js";
 import { TOOL_NAMES } from "../tools/index.js";
+import { captureLateProgress } from "./helpers/late-progress.js";
 import { SANDBOX_BACKENDS, backendCliFlags, ensureBuilt, prepareBackend, type Backend } from "./helpers/backends.js";
 
 const ROOT = packageRoot();
@@ -39,6 +40,8 @@ interface Served {
   client: Client;
   transport: StdioClientTransport;
   stderr: string[];
+  /** Progress the SDK client read together with its response and did not deliver (see the helper). */
+  lateProgress: Progress[];
   call(name: string, args?: Record<string, unknown>, onprogress?: (p: Progress) => void): Promise<Result>;
 }
 
@@ -53,11 +56,13 @@ async function serve(backend: Backend, runsDir: string, extra: string[] = []): P
   const stderr: string[] = [];
   transport.stderr?.on("data", (d: Buffer) => stderr.push(d.toString()));
   const client = new Client({ name: "infradev-e2e", version: "0" });
+  const lateProgress = captureLateProgress(client);
   await client.connect(transport);
   return {
     client,
     transport,
     stderr,
+    lateProgress,
     call: async (name, args = {}, onprogress) => (await client.callTool({ name, arguments: args }, undefined, { ...LONG, ...(onprogress ? { onprogress } : {}) })) as Result,
   };
 }
@@ -124,6 +129,7 @@ describe.each(BACKENDS)("infradev serve --sandbox %s (grad-bucketing)", (backend
   it("pytest_run runs 2 real ranks, with per-rank resources and progress", async () => {
     const progress: Progress[] = [];
     const r = await s.call("pytest_run", { ranks: 2 }, (p) => progress.push(p));
+    progress.push(...s.lateProgress.splice(0));
     expect(r.isError, text(r)).toBeFalsy();
     const out = r.structuredContent!;
     expect(out).toMatchObject({ status: "ok", ranks: 2, summary: { total: 12, passed: 12, failed: 0, error: 0 } });

@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundledTasksDir, packageRoot } from "../lib/paths.js";
 import { TOOL_NAMES } from "../tools/index.js";
 import { ensureBuilt } from "./helpers/backends.js";
+import { captureLateProgress } from "./helpers/late-progress.js";
 
 const ROOT = packageRoot();
 const CLI = join(ROOT, "dist", "cli", "main.js");
@@ -176,11 +177,13 @@ describe("infradev serve --http --sandbox local", () => {
 
   it("pytest_run's progress notifications reach the client", async () => {
     const progress: Progress[] = [];
+    const lateProgress = captureLateProgress(client);
     const r = (await client.callTool(
       { name: "pytest_run", arguments: { paths: ["tests/test_config.py"], ranks: 1 } },
       undefined,
       { timeout: 120_000, onprogress: (p) => progress.push(p) },
     )) as Result;
+    progress.push(...lateProgress.splice(0));
     expect(r.isError, JSON.stringify(r.content)).toBeFalsy();
     const { total, passed } = r.structuredContent!.summary;
     expect(total).toBeGreaterThan(0);

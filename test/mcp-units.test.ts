@@ -2,7 +2,12 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { Progress } from "@modelcontextprotocol/sdk/types.js";
 import { afterAll, describe, expect, it } from "vitest";
+import { z } from "zod";
 import { codexConfig, opencodeConfig, toolTimeoutSec } from "../cli/connect.js";
 import { defaultSkillsRoot, installSkill } from "../cli/skill.js";
 import { pythonHelpersDir } from "../lib/paths.js";
@@ -12,6 +17,10 @@ import { measurementFromCommand, ratios } from "../tools/support/measure-aggrega
 import { checkTestPath, hostToSandboxPath, resolveInside } from "../tools/support/sandbox-paths.js";
 import { parseNumstat } from "../tools/support/workspace-diff.js";
 import { interfaceContract } from "../tools/support/workflow.js";
+import { silentLogger } from "../lib/logger.js";
+import type { ToolDeps } from "../tools/support/deps.js";
+import { registerTool } from "../tools/support/register.js";
+import { captureLateProgress } from "./helpers/late-progress.js";
 import { PYTHON } from "./mcp-helpers.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "infradev-mcp-units-"));
@@ -217,3 +226,47 @@ describe("infradev_analysis.py", () => {
   });
 });
 
+
+describe("registerTool progress", () => {
+  // A real in-process server and the SDK's Client over the SDK's in-memory transport, with the
+  // client's side batched like a pipe read: everything the server writes within one macrotask
+  // reaches the client together, in order, in one synchronous burst. That is the chunk in which the
+  // SDK client loses a progress notification read together with its response (typescript-sdk#2580).
+  it("delivers the final progress sent just before the result to onprogress", async () => {
+    const server = new McpServer({ name: "progress-test", version: "0" });
+    const deps = { logger: silentLogger(), trace: { append() {} } } as unknown as ToolDeps;
+    registerTool(
+      server,
+      deps,
+      {
+        name: "count",
+        title: "Count",
+        description: "Reports 1/3, 2/3, 3/3 and returns at once.",
+        input: z.object({}),
+        output: z.object({ n: z.number() }),
+        annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+      },
+      async (_args, ctx) => {
+        for (let i = 1; i <= 3; i++) ctx.progress(i, 3);
+        return { content: [{ type: "text", text: "3" }], structuredContent: { n: 3 } };
+      },
+    );
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await server.connect(serverSide);
+    const client = new Client({ name: "progress-test-client", version: "0" });
+    const late = captureLateProgress(client);
+    await client.connect(clientSide);
+    const deliver = clientSide.onmessage!;
+    let chunk: Parameters<typeof deliver>[] = [];
+    clientSide.onmessage = (...m) => {
+      if (chunk.length === 0) setImmediate(() => { const c = chunk; chunk = []; for (const x of c) deliver(...x); });
+      chunk.push(m);
+    };
+    const heard: Progress[] = [];
+    const r = await client.callTool({ name: "count", arguments: {} }, undefined, { onprogress: (p) => heard.push(p) });
+    expect(r.structuredContent).toEqual({ n: 3 });
+    expect(late).toEqual([]);
+    expect(heard.map((p) => p.progress)).toEqual([1, 2, 3]);
+    await client.close();
+  });
+});

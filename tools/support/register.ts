@@ -27,6 +27,16 @@ export interface ToolDefinition<I extends z.ZodObject, O extends z.ZodObject> {
 
 type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 
+/**
+ * How long the result waits after the last progress notification was written. The SDK's client
+ * drops a progress notification that it reads in the same chunk as the response (it dispatches
+ * notifications a microtask late, after the response has retired the token:
+ * modelcontextprotocol/typescript-sdk#2580), so a final "12/12" written right before the result
+ * was often lost. A short gap puts the two in separate reads; it costs nothing next to a test run
+ * and applies only to calls that sent progress.
+ */
+export const PROGRESS_SETTLE_MS = 40;
+
 function byteLength(result: CallToolResult): number {
   let n = 0;
   for (const c of result.content) if (c.type === "text") n += Buffer.byteLength(c.text);
@@ -49,13 +59,18 @@ export function registerTool<I extends z.ZodObject, O extends z.ZodObject>(
     const log = deps.logger.child({ tool: def.name, request: String(extra.requestId) });
     log.info({ args }, "tool start");
     const progressToken = extra._meta?.progressToken;
+    const pendingProgress: Promise<void>[] = [];
+    let lastProgressAt = 0;
     const ctx: ToolContext = {
       signal: extra.signal,
       progress(done, total, message) {
         if (progressToken === undefined) return;
-        extra
-          .sendNotification({ method: "notifications/progress", params: { progressToken, progress: done, total, ...(message ? { message } : {}) } })
-          .catch((e: unknown) => log.debug({ err: String(e) }, "progress notification not sent"));
+        lastProgressAt = Date.now();
+        pendingProgress.push(
+          extra
+            .sendNotification({ method: "notifications/progress", params: { progressToken, progress: done, total, ...(message ? { message } : {}) } })
+            .catch((e: unknown) => log.debug({ err: String(e) }, "progress notification not sent")),
+        );
       },
     };
     let outcome: ToolOutcome;
@@ -64,6 +79,12 @@ export function registerTool<I extends z.ZodObject, O extends z.ZodObject>(
     } catch (e) {
       log.error({ err: e instanceof Error ? e.stack : String(e) }, "tool failed");
       outcome = errorResult(`${def.name} failed: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (pendingProgress.length > 0) {
+      // Every notification is on the wire before the result, and not in the same read (see above).
+      await Promise.all(pendingProgress);
+      const wait = lastProgressAt + PROGRESS_SETTLE_MS - Date.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     }
     const { trace: traceExtra, ...result } = outcome;
     const durationMs = Date.now() - started;
