@@ -77,6 +77,7 @@ try {
       await execa(
         spec.env.python,
         [
+          "-S",
           join(pythonHelpersDir(), "infradev_launch.py"),
           "--nproc", String(spec.ranks),
           "--out-dir", join(ws.repoDir, ".infradev", "direct", String(j)),

@@ -3,7 +3,7 @@
     /usr/bin/python3 bench/launcher_overhead.py [--reps 9] [--nprocs 2,4] [--torch]
 
 Arms, interleaved (the order rotates every repetition), medians over repetitions:
-  launcher  infradev_launch.py --nproc N --out-dir D -- -q test_trivial.py
+  launcher  python -S infradev_launch.py --nproc N --out-dir D -- -q test_trivial.py (as runRanks runs it)
   by_hand   the launcher's own rank command (python -m pytest -p infradev_probe.plugin ...), N
             processes started here with bare env vars (RANK, WORLD_SIZE, MASTER_*, INFRADEV_OUT_DIR),
             each in its own session like the launcher's ranks, waited for
@@ -35,7 +35,8 @@ def free_port():
 
 
 def run_launcher(work, nproc, out):
-    cmd = [sys.executable, os.path.join(SANDBOX_PY, "infradev_launch.py"), "--nproc", str(nproc), "--out-dir", out, "--", "-q", "test_trivial.py"]
+    # -S as runRanks starts it (sandbox/ranks.ts): the launcher needs no site-packages.
+    cmd = [sys.executable, "-S", os.path.join(SANDBOX_PY, "infradev_launch.py"), "--nproc", str(nproc), "--out-dir", out, "--", "-q", "test_trivial.py"]
     t0 = time.perf_counter()
     code = subprocess.run(cmd, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
     elapsed = time.perf_counter() - t0

@@ -101,6 +101,7 @@ async function main(): Promise<void> {
       const outDir = `.infradev/results/bench-direct-${i}`;
       const argv = [
         direct.python,
+        "-S",
         posix.join(direct.pythonHelpersDir, "infradev_launch.py"),
         "--nproc", "2",
         "--out-dir", posix.join(direct.repoDir, outDir),

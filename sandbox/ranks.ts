@@ -104,6 +104,7 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
   mkdirSync(hostOutDir, { recursive: true });
   const argv = [
     sandbox.python,
+    "-S", // the launcher is stdlib only: no site-packages scan (its start-up adds to every run)
     posix.join(sandbox.pythonHelpersDir, "infradev_launch.py"),
     "--nproc",
     String(opts.ranks),

@@ -4,7 +4,6 @@ Every file the two sides exchange is named here, so the launcher, the plugin and
 drift apart. Stdlib only: the launcher imports this without importing torch or pytest.
 """
 
-import json
 import os
 
 # Environment variables the launcher sets for each rank (and the plugin reads).
@@ -34,6 +33,8 @@ def rank_file(out_dir, rank, suffix):
 
 def write_json_atomic(path, obj):
     """Write JSON so a concurrent reader sees either the old or the new file, never half of one."""
+    import json  # in each function, not at import: the launcher loads it after starting the ranks
+
     tmp = "%s.tmp%d" % (path, os.getpid())
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=None, separators=(",", ":"), default=str)
@@ -41,6 +42,8 @@ def write_json_atomic(path, obj):
 
 
 def read_json(path, default=None):
+    import json
+
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -50,6 +53,8 @@ def read_json(path, default=None):
 
 def read_jsonl(path):
     """Records of a JSON-lines file; a line cut short by a kill mid-write is dropped."""
+    import json
+
     records = []
     try:
         with open(path, encoding="utf-8") as f:

@@ -279,3 +279,91 @@ def test_sigterm_to_the_launcher_kills_the_ranks_and_still_reports(tmp_path):
     assert launch["status"] == "interrupted" and launch["events"][0]["kind"] == "interrupted"
     assert "SIGTERM" in launch["events"][0]["detail"]
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_option_forms_and_help(tmp_path):
+    """Both option spellings, switches and abbreviations give the same run; bad values and --help
+    behave as argparse's (the common case is parsed without importing argparse)."""
+    import json
+    import subprocess
+
+    from conftest import LAUNCHER
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "test_x.py").write_text("def test_x():\n    pass\n")
+
+    def go(*own):
+        out = tmp_path / ("out%d" % len(list(tmp_path.iterdir())))
+        proc = subprocess.run([sys.executable, "-S", LAUNCHER] + [a.replace("OUT", str(out)) for a in own] + ["--", "-q", "test_x.py"],
+                              cwd=str(work), capture_output=True, text=True, timeout=120)
+        launch_json = out / "launch.json"
+        return proc, (json.loads(launch_json.read_text()) if launch_json.exists() else None)
+
+    for own in (["--nproc", "2", "--out-dir", "OUT", "--per-test-timeout", "30"],
+                ["--nproc=2", "--out-dir=OUT", "--per-test-timeout=30", "--no-continue"],
+                ["--npr", "2", "--out-d", "OUT", "--per-test", "30"]):  # abbreviations: argparse's path
+        proc, launch = go(*own)
+        assert proc.returncode == 0, (own, proc.stderr)
+        assert launch["status"] == "ok" and launch["nproc"] == 2 and launch["per_test_timeout_s"] == 30.0, own
+
+    for own, message in ((["--nproc", "0", "--out-dir", "OUT"], "argument --nproc: must be an integer >= 1 (got 0)"),
+                         (["--nproc", "2", "--out-dir", "OUT", "--grace", "-1"], "argument --grace: must be > 0 (got -1)"),
+                         (["--nproc", "2", "--out-dir", "OUT", "--launcher", "mpirun"], "argument --launcher: must be builtin or torchrun"),
+                         (["--nproc", "2", "--out-dir", "OUT", "--bogus"], "unrecognized arguments: --bogus"),
+                         (["--out-dir", "OUT"], "the following arguments are required: --nproc")):
+        proc, launch = go(*own)
+        assert proc.returncode == 3, own
+        assert message in proc.stderr, (own, proc.stderr)
+        assert launch["status"] == "launch_error" and message in launch["error"], own
+
+    help_run = subprocess.run([sys.executable, LAUNCHER, "--help"], capture_output=True, text=True, timeout=60)
+    assert help_run.returncode == 0
+    assert "--per-test-timeout" in help_run.stdout and "--max-restarts" in help_run.stdout
+
+
+INHERIT = '''
+import os
+
+
+def test_no_inherited_descriptor():
+    # The number may be reused by the rank itself (pytest opens files): what must not be there is
+    # the pipe, known by its inode.
+    pipe = tuple(int(x) for x in os.environ["LEAKED_PIPE"].split(":"))
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            st = os.fstat(int(name))
+        except OSError:
+            continue
+        assert (st.st_dev, st.st_ino) != pipe, "rank %s inherited the pipe as fd %s" % (os.environ["RANK"], name)
+'''
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "waitpid-polling"])
+def test_ranks_get_no_inherited_descriptor_and_exits_are_seen(tmp_path, pidfd):
+    """A descriptor the launcher's parent left inheritable (here a pipe) is not passed on to the ranks,
+    as subprocess's close_fds would not; with and without pidfds to wait on."""
+    import json
+    import subprocess
+
+    from conftest import LAUNCHER
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "test_fd.py").write_text(INHERIT)
+    out = tmp_path / "out"
+    r, w = os.pipe()
+    os.set_inheritable(w, True)
+    env = dict(os.environ, LEAKED_PIPE="%d:%d" % (os.fstat(w).st_dev, os.fstat(w).st_ino))
+    if not pidfd:
+        env["INFRADEV_LAUNCHER_NO_PIDFD"] = "1"
+    try:
+        proc = subprocess.run([sys.executable, LAUNCHER, "--nproc", "2", "--out-dir", str(out), "--", "-q", "test_fd.py"],
+                              cwd=str(work), capture_output=True, text=True, timeout=120, pass_fds=(w,), env=env)
+    finally:
+        os.close(r)
+        os.close(w)
+    assert proc.returncode == 0, proc.stderr + (out / "rank0.log").read_text()
+    launch = json.loads((out / "launch.json").read_text())
+    assert launch["status"] == "ok" and launch["exit_codes"] == [0, 0]
+    assert launch["summary"]["passed"] == 1

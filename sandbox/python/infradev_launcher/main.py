@@ -1,16 +1,13 @@
 """The launcher's command line and its run: sessions, restarts after a hang or crash, launch.json."""
 
-import argparse
-import glob
+import _signal  # the C module: `signal` builds its enums at import (~8 ms before the ranks start)
 import os
-import signal
 import sys
-import threading
 import time
 
 from infradev_outputs import write_json_atomic
 
-from . import procs, report
+from . import procs
 from .session import run_session
 
 EXIT_CODES = {"ok": 0, "tests_failed": 1, "hang": 2, "crash": 2, "run_timeout": 2, "interrupted": 2, "launch_error": 3}
@@ -24,38 +21,144 @@ class UsageError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
-
-
 class StopFlag:
-    """Set by SIGTERM / SIGINT; the session loop polls it, kills the ranks and still reports."""
+    """Set by SIGTERM / SIGINT (the handler runs in the main thread); the session loop polls it,
+    kills the ranks and still reports."""
 
     def __init__(self):
-        self._event = threading.Event()
-        self.reason = None
+        self.signum = None
 
-    def set(self, reason):
-        self.reason = reason
-        self._event.set()
+    def set(self, signum):
+        self.signum = signum
 
     def is_set(self):
-        return self._event.is_set()
+        return self.signum is not None
+
+    @property
+    def reason(self):
+        import signal
+
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return "signal %s" % self.signum
 
 
 def _positive(text):
     value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be > 0 (got %s)" % text)
+    if not value > 0:
+        raise ValueError("must be > 0 (got %s)" % text)
     return value
 
 
 def _nproc(text):
     value = int(text)
     if value < 1:
-        raise argparse.ArgumentTypeError("must be an integer >= 1 (got %s)" % text)
+        raise ValueError("must be an integer >= 1 (got %s)" % text)
     return value
+
+
+def _launcher(text):
+    if text not in ("builtin", "torchrun"):
+        raise ValueError("must be builtin or torchrun (got %s)" % text)
+    return text
+
+
+# The launcher's options, once: (flag, destination, convert or None for a switch, default, help).
+# A switch stores `not default`. Required options have the default REQUIRED.
+REQUIRED = object()
+OPTIONS = (
+    ("--nproc", "nproc", _nproc, REQUIRED, "number of ranks"),
+    ("--out-dir", "out_dir", str, REQUIRED, "folder for logs, JUnit XML and JSON results"),
+    ("--per-test-timeout", "per_test_timeout", _positive, 300.0, "seconds one test may run on a rank (default 300)"),
+    ("--run-timeout", "run_timeout", _positive, 3600.0, "seconds the whole run may take (default 3600)"),
+    ("--startup-timeout", "startup_timeout", _positive, 600.0, "seconds a rank may take to start pytest and collect (default 600)"),
+    ("--grace", "grace", _positive, 5.0, "seconds the other ranks get after one exits mid-session (default 5)"),
+    ("--kill-grace", "kill_grace", _positive, 2.0, "seconds between SIGTERM and SIGKILL (default 2)"),
+    ("--launcher", "launcher", _launcher, "builtin", "builtin (default) or torchrun"),
+    ("--no-fallback", "no_fallback", None, False, "with --launcher torchrun: a broken torchrun is a launch error"),
+    ("--no-continue", "cont", None, True, "stop after a hang or crash"),
+    ("--max-restarts", "max_restarts", int, 20, "restarts after hangs / crashes (default 20)"),
+    ("--python", "python", str, sys.executable, "interpreter for the ranks (default: this one)"),
+)
+
+
+class Config:
+    """The parsed command line (attributes named by OPTIONS' destinations, plus pytest_args)."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+def _parse_plain(own):
+    """The common case without argparse, whose import (with shutil, for the help formatter) is about
+    a third of the launcher's own start-up, and that start-up adds to every run. Anything this does
+    not fully understand (help, an abbreviation, a bad value, a missing option) returns None and
+    goes to argparse, which then gives the usual messages."""
+    by_flag = {o[0]: o for o in OPTIONS}
+    values = {}
+    i = 0
+    while i < len(own):
+        arg = own[i]
+        flag, eq, inline = arg.partition("=")
+        option = by_flag.get(flag)
+        if option is None:
+            return None
+        _, dest, convert, default, _ = option
+        if convert is None:
+            if eq:
+                return None
+            values[dest] = not default
+            i += 1
+            continue
+        if eq:
+            text = inline
+        elif i + 1 < len(own):
+            text = own[i + 1]
+            i += 1
+        else:
+            return None
+        try:
+            values[dest] = convert(text)
+        except ValueError:
+            return None
+        i += 1
+    for _, dest, _, default, _ in OPTIONS:
+        if dest not in values:
+            if default is REQUIRED:
+                return None
+            values[dest] = default
+    return Config(**values)
+
+
+def _parse_argparse(own):
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise UsageError(message)
+
+    def typed(convert):
+        def run(text):
+            try:
+                return convert(text)
+            except ValueError as exc:
+                raise argparse.ArgumentTypeError(str(exc))
+        run.__name__ = convert.__name__.strip("_")
+        return run
+
+    parser = Parser(prog="infradev_launch.py", usage=USAGE, add_help=True)
+    for flag, dest, convert, default, text in OPTIONS:
+        if convert is None:
+            parser.add_argument(flag, dest=dest, action="store_false" if default else "store_true", help=text)
+        elif default is REQUIRED:
+            parser.add_argument(flag, dest=dest, type=typed(convert), required=True, help=text)
+        else:
+            parser.add_argument(flag, dest=dest, type=typed(convert), default=default, help=text)
+    try:
+        return Config(**vars(parser.parse_args(own)))
+    except ValueError as exc:
+        raise UsageError(str(exc))
 
 
 def parse_args(argv):
@@ -64,38 +167,27 @@ def parse_args(argv):
         own, pytest_args = argv[:cut], argv[cut + 1:]
     else:
         own, pytest_args = argv, []
-    parser = _Parser(prog="infradev_launch.py", usage=USAGE, add_help=True)
-    parser.add_argument("--nproc", type=_nproc, required=True, help="number of ranks")
-    parser.add_argument("--out-dir", required=True, help="folder for logs, JUnit XML and JSON results")
-    parser.add_argument("--per-test-timeout", type=_positive, default=300.0, help="seconds one test may run on a rank (default 300)")
-    parser.add_argument("--run-timeout", type=_positive, default=3600.0, help="seconds the whole run may take (default 3600)")
-    parser.add_argument("--startup-timeout", type=_positive, default=600.0,
-                        help="seconds a rank may take to start pytest and collect (default 600)")
-    parser.add_argument("--grace", type=_positive, default=5.0, help="seconds the other ranks get after one exits mid-session (default 5)")
-    parser.add_argument("--kill-grace", type=_positive, default=2.0, help="seconds between SIGTERM and SIGKILL (default 2)")
-    parser.add_argument("--launcher", choices=("builtin", "torchrun"), default="builtin")
-    parser.add_argument("--no-fallback", action="store_true", help="with --launcher torchrun: a broken torchrun is a launch error")
-    parser.add_argument("--no-continue", dest="cont", action="store_false", help="stop after a hang or crash")
-    parser.add_argument("--max-restarts", type=int, default=20, help="restarts after hangs / crashes (default 20)")
-    parser.add_argument("--python", default=sys.executable, help="interpreter for the ranks (default: this one)")
-    try:
-        cfg = parser.parse_args(own)
-    except ValueError as exc:
-        raise UsageError(str(exc))
+    cfg = _parse_plain(own) or _parse_argparse(own)
     cfg.pytest_args = pytest_args
     cfg.out_dir = os.path.abspath(cfg.out_dir)
     return cfg
 
 
+def _stale(name):
+    """Files of an earlier run in the out dir: rank<digit>....<ext>, launch.json, torchrun.log, skip.json."""
+    if name in ("launch.json", "torchrun.log", "skip.json"):
+        return True
+    return name.startswith("rank") and name[4:5].isdigit() and "." in name
+
+
 def _prepare_out_dir(out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    stale = glob.glob(os.path.join(out_dir, "rank[0-9]*.*")) + [
-        os.path.join(out_dir, n) for n in ("launch.json", "torchrun.log", "skip.json")]
-    for path in stale:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+    for name in os.listdir(out_dir):
+        if _stale(name):
+            try:
+                os.remove(os.path.join(out_dir, name))
+            except (FileNotFoundError, IsADirectoryError):
+                pass
 
 
 def _skip_after(per_rank, events):
@@ -137,6 +229,7 @@ def run(cfg, stop):
     collected, collection_errors = None, []
     while True:
         result = run_session(cfg, len(sessions), launcher, skip, stop, run_deadline, t_launch)
+        from . import report  # loaded by run_session while the ranks started, not before them
         if result.start_failure:
             if cfg.no_fallback:
                 launch_error = result.start_failure
@@ -245,8 +338,8 @@ def main(argv=None):
         _write_launch_error(_raw_option(argv, "--out-dir"), None, _raw_option(argv, "--launcher") or "builtin", "usage: %s" % exc)
         return EXIT_CODES["launch_error"]
     stop = StopFlag()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: stop.set(signal.Signals(signum).name))
+    for sig in (_signal.SIGTERM, _signal.SIGINT):
+        _signal.signal(sig, lambda signum, _frame: stop.set(signum))
     procs.become_subreaper()
     try:
         launch = run(cfg, stop)

@@ -4,12 +4,15 @@ Both expose the same small surface to the session monitor: `wait(timeout)`, `exi
 `done()`, `signal_pids()` (the pytest process of each rank, for stack dumps) and `roots()` (what to
 kill). The built-in one is exact; torchrun hides its workers behind its agent process, so there each
 rank runs under infradev_rank_entry.py, which records the rank's pid and exit code in the out dir.
+
+The built-in ranks are started with posix_spawn and watched through pidfds, not with subprocess and
+a waiter thread each: everything the launcher imports before the ranks start adds to the wall time
+of every run, and subprocess + threading + queue cost about 15 ms of start-up. The rest of the
+launcher loads while the ranks import pytest.
 """
 
 import os
-import queue
-import subprocess
-import threading
+import select
 import time
 
 from infradev_outputs import PYTEST_PREFIX, rank_file, read_json
@@ -31,55 +34,120 @@ def _open_log(out_dir, name, session):
     return log
 
 
+def _inherited_fds():
+    """Descriptors above 2 that a child would inherit: subprocess closes them (close_fds), and so
+    do we, so a rank never holds a pipe or socket of whoever started the launcher."""
+    fds = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return fds
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    fds.append(fd)
+            except OSError:  # the descriptor listdir itself used, closed by now
+                pass
+    return fds
+
+
+def spawn(argv, env, log_fd, close_fds):
+    """Start argv in a new session (its own process group: killpg takes the rank's whole tree),
+    stdin from /dev/null, stdout and stderr to log_fd. Returns the pid."""
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in close_fds if fd != log_fd]
+    start = os.posix_spawn if os.sep in argv[0] else os.posix_spawnp
+    return start(argv[0], argv, env, file_actions=actions, setsid=True)
+
+
+def _exit_code(status):
+    """Like Popen.returncode: the exit code, or -N for a process killed by signal N."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
 class BuiltinRanks:
     kind = "builtin"
 
     def __init__(self, cfg, env, session):
-        self._exits = queue.Queue()
         self._codes = [None] * cfg.nproc
         self._times = [None] * cfg.nproc
-        self.popens = []
+        self.pids = []
+        self._pidfds = {}  # pidfd -> rank, while the rank runs
+        self._poll = None
+        argv = rank_command(cfg.python, cfg.pytest_args)
+        close = _inherited_fds()
         for rank in range(cfg.nproc):
             log = _open_log(cfg.out_dir, "rank%d.log" % rank, session)
             try:
-                popen = subprocess.Popen(
-                    rank_command(cfg.python, cfg.pytest_args),
-                    env=procs.rank_env(env, rank),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own group: killpg takes the rank's whole tree
-                )
+                pid = spawn(argv, procs.rank_env(env, rank), log.fileno(), close)
             except OSError:
-                procs.kill_tree(self.roots(), 1.0, self.tracked())
-                for started in self.popens:
-                    started.wait()
+                procs.kill_tree(self.pids, 1.0, set(self.pids))
+                for started in self.pids:
+                    os.waitpid(started, 0)
                 raise
             finally:
                 log.close()
-            self.popens.append(popen)
-            threading.Thread(target=self._wait_one, args=(rank, popen), daemon=True).start()
+            self.pids.append(pid)
+        self._open_pidfds()
 
-    def _wait_one(self, rank, popen):
-        code = popen.wait()
-        self._times[rank] = time.time()
-        self._exits.put((rank, code))
+    def _open_pidfds(self):
+        """A pidfd per rank turns readable when the rank exits, so wait() sleeps in poll() and wakes
+        at once. Without pidfd_open (Linux < 5.3, or a seccomp filter refusing it) wait() polls
+        waitpid every few milliseconds instead."""
+        if not hasattr(os, "pidfd_open") or os.environ.get("INFRADEV_LAUNCHER_NO_PIDFD"):
+            return
+        fds = {}
+        try:
+            for rank, pid in enumerate(self.pids):
+                fds[os.pidfd_open(pid)] = rank
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            return
+        self._pidfds = fds
+        self._poll = select.poll()
+        for fd in fds:
+            self._poll.register(fd, select.POLLIN)
+
+    def _reap(self):
+        """Record every rank that has exited; True if any did."""
+        any_exit = False
+        for rank, pid in enumerate(self.pids):
+            if self._codes[rank] is not None:
+                continue
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (procs.reap_orphans only takes untracked pids)
+                done, status = pid, 255 << 8
+            if done == pid:
+                self._codes[rank] = _exit_code(status)
+                self._times[rank] = time.time()
+                any_exit = True
+        for fd, rank in list(self._pidfds.items()):
+            if self._codes[rank] is not None:
+                self._poll.unregister(fd)
+                os.close(fd)
+                del self._pidfds[fd]
+        return any_exit
 
     def wait(self, timeout):
         """Block until a rank exits or `timeout` s pass."""
-        try:
-            items = [self._exits.get(timeout=timeout)]
-        except queue.Empty:
-            return
-        while True:
-            for rank, code in items:
-                self._codes[rank] = code
-            try:
-                items = [self._exits.get_nowait()]
-            except queue.Empty:
+        deadline = time.monotonic() + timeout
+        while not self._reap() and not self.done():
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return
+            if self._poll is not None:
+                self._poll.poll(left * 1000.0)
+            else:
+                time.sleep(min(left, 0.005))
 
     def exit_codes(self):
+        self._reap()
         return list(self._codes)
 
     def exit_times(self):
@@ -89,13 +157,13 @@ class BuiltinRanks:
         return all(c is not None for c in self._codes)
 
     def signal_pids(self):
-        return [p.pid if c is None else None for p, c in zip(self.popens, self._codes)]
+        return [pid if c is None else None for pid, c in zip(self.pids, self._codes)]
 
     def roots(self):
-        return [p.pid for p in self.popens]
+        return list(self.pids)
 
     def tracked(self):
-        return {p.pid for p in self.popens}
+        return set(self.pids)
 
     def start_failure(self):
         return None
@@ -107,6 +175,9 @@ class TorchrunRanks:
     kind = "torchrun"
 
     def __init__(self, cfg, env, session):
+        import subprocess
+        import threading
+
         self.cfg = cfg
         self._code = None
         self._done = threading.Event()

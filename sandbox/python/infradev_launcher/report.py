@@ -73,8 +73,14 @@ def _clean(text):
     return _XML_BAD.sub("?", text or "")
 
 
+def preload():
+    """Import what reading the ranks' files and writing the reports need (see session.run_session)."""
+    import json  # noqa: F401
+    import xml.etree.ElementTree  # noqa: F401
+
+
 def write_junit(path, rank, records):
-    import xml.etree.ElementTree as ET  # here, not at import: the launcher's start-up time counts
+    import xml.etree.ElementTree as ET  # loaded by preload() while the ranks start
 
     counts = {"failed": 0, "error": 0, "skipped": 0}
     total_time = 0.0

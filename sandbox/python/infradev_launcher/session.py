@@ -1,8 +1,6 @@
 """One session: start the ranks, watch their progress files, stop them on hang / crash / timeout."""
 
-import glob
 import os
-import signal
 import time
 
 from infradev_outputs import STATE_CONFIGURED, STATE_FINISHED, STATE_IDLE, STATE_RUNNING, rank_file, read_json, write_json_atomic
@@ -65,6 +63,8 @@ def describe_exit(code):
     if code is None:
         return "was killed"
     if code < 0:
+        import signal
+
         try:
             return "was killed by %s" % signal.Signals(-code).name
         except ValueError:
@@ -79,11 +79,12 @@ def _clear_session_files(out_dir, nproc):
                 os.remove(rank_file(out_dir, rank, suffix))
             except FileNotFoundError:
                 pass
-    for tmp in glob.glob(os.path.join(out_dir, "rank*.json.tmp*")):
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+    for name in os.listdir(out_dir):
+        if name.startswith("rank") and ".json.tmp" in name:
+            try:
+                os.remove(os.path.join(out_dir, name))
+            except OSError:
+                pass
 
 
 def _states(out_dir, nproc):
@@ -165,6 +166,8 @@ def _earliest_running(states, codes):
 
 def dump_stacks(out_dir, pids, states, reason):
     """SIGUSR1 each live rank (its plugin registered faulthandler on it) and return what they dumped."""
+    import signal
+
     offsets = {}
     for rank, pid in enumerate(pids):
         if not pid or not states[rank]:
@@ -265,6 +268,11 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
     except OSError as exc:
         result.launch_error = "could not start the ranks: %s" % exc
         return result
+    # The ranks take a while to import pytest: load what watching and reporting need now, not before
+    # starting them (the launcher's own start-up adds to the wall time of every run).
+    from . import report
+
+    report.preload()
     try:
         abnormal = _watch(cfg, ranks, result, stop, run_deadline, session, t_launch)
     except BaseException:  # a bug of ours must not leave the ranks running
