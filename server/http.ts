@@ -7,6 +7,7 @@ import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import type { Logger } from "../lib/logger.js";
 import { createServer } from "./create-server.js";
+import { SessionEventStore, type EventStoreLimits } from "./event-store.js";
 import { InFlightToolCalls } from "./in-flight.js";
 import { openSession, type SessionOptions } from "./session.js";
 
@@ -99,6 +100,8 @@ export interface HttpServerOptions {
   logger: Logger;
   /** Named in the 401 message, so a client's user knows where to look. */
   tokenHint?: string;
+  /** What each MCP session keeps for resuming clients (default DEFAULT_EVENT_STORE_LIMITS). */
+  eventStoreLimits?: EventStoreLimits;
 }
 
 export interface HttpServerHandle {
@@ -138,6 +141,8 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
     const server = opts.createMcpServer();
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
+      // A client that loses its connection mid-call resumes with Last-Event-ID instead of losing the reply.
+      eventStore: new SessionEventStore(opts.eventStoreLimits),
       onsessioninitialized: (id) => {
         sessions.set(id, { transport, server });
         log.info({ session: id, sessions: sessions.size }, "MCP session opened");

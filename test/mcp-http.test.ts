@@ -7,7 +7,7 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
-import { connect } from "node:net";
+import { connect, createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
 import { networkInterfaces, tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -202,6 +202,46 @@ describe("infradev serve --http --sandbox local", () => {
     const gone = await rawPost(s.url, { authorization: `Bearer ${token}`, "mcp-session-id": other.transport.sessionId ?? "x" }, { jsonrpc: "2.0", id: 2, method: "tools/list" });
     expect(gone.status).toBe(404);
     await again.client.close();
+  });
+
+  it("a call whose connection drops midway still gets its result: the client resumes with Last-Event-ID", async () => {
+    // A real TCP proxy between client and server that the test severs while run_shell sleeps.
+    const target = new URL(s.url);
+    const live = new Set<Socket>();
+    const proxy = createNetServer((inbound) => {
+      const outbound = connect({ host: target.hostname, port: Number(target.port) });
+      for (const sock of [inbound, outbound]) {
+        live.add(sock);
+        sock.on("close", () => live.delete(sock));
+        sock.on("error", () => undefined);
+      }
+      inbound.pipe(outbound).pipe(inbound);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    const port = (proxy.address() as AddressInfo).port;
+    const via = await connectClient(`http://127.0.0.1:${port}${target.pathname}`, token);
+    const errors: string[] = [];
+    via.client.onerror = (e) => errors.push(e.message);
+    try {
+      const call = via.client.callTool(
+        { name: "run_shell", arguments: { command: "sleep 3; echo after-the-drop" } },
+        undefined,
+        { timeout: 60_000 },
+      ) as Promise<Result>;
+      await new Promise((r) => setTimeout(r, 1000));
+      const severed = live.size;
+      for (const sock of live) sock.destroy();
+      const r = await call;
+      expect(severed).toBeGreaterThan(0);
+      expect(errors.join("\n")).toMatch(/SSE stream disconnected/);
+      expect(r.isError, JSON.stringify(r.content)).toBeFalsy();
+      expect(r.structuredContent).toMatchObject({ exit_code: 0 });
+      expect(r.structuredContent!.stdout).toContain("after-the-drop");
+    } finally {
+      await via.client.close().catch(() => undefined);
+      for (const sock of live) sock.destroy();
+      await new Promise((r) => proxy.close(r));
+    }
   });
 
   it("without a token, or with a wrong one: 401, a JSON-RPC error, and no tool runs", async () => {

@@ -11,6 +11,7 @@ import { z } from "zod";
 import { codexConfig, opencodeConfig, toolTimeoutSec } from "../cli/connect.js";
 import { defaultSkillsRoot, installSkill } from "../cli/skill.js";
 import { pythonHelpersDir } from "../lib/paths.js";
+import { SessionEventStore } from "../server/event-store.js";
 import { loadSkill } from "../server/skill.js";
 import { parseCollectOutput } from "../tools/support/collect-parse.js";
 import { measurementFromCommand, ratios } from "../tools/support/measure-aggregate.js";
@@ -268,5 +269,39 @@ describe("registerTool progress", () => {
     expect(late).toEqual([]);
     expect(heard.map((p) => p.progress)).toEqual([1, 2, 3]);
     await client.close();
+  });
+});
+
+describe("SessionEventStore", () => {
+  const msg = (n: number, pad = 0) => ({ jsonrpc: "2.0" as const, method: "notifications/message", params: { n, pad: "x".repeat(pad) } });
+
+  it("replays what came after an id on that id's stream only, priming events left out", async () => {
+    const store = new SessionEventStore();
+    const primeA = await store.storeEvent("A", {} as never);
+    const a1 = await store.storeEvent("A", msg(1));
+    await store.storeEvent("B", msg(2));
+    await store.storeEvent("A", msg(3));
+    const sent: Array<[string, unknown]> = [];
+    const stream = await store.replayEventsAfter(primeA, { send: async (id, m) => void sent.push([id, (m as { params: { n: number } }).params.n]) });
+    expect(stream).toBe("A");
+    expect(sent.map(([, n]) => n)).toEqual([1, 3]);
+    expect(sent[0]![0]).toBe(a1);
+    expect(await store.getStreamIdForEventId(a1)).toBe("A");
+  });
+
+  it("keeps the newest events within both limits and refuses an id it dropped", async () => {
+    const byCount = new SessionEventStore({ maxEvents: 3, maxBytes: 1 << 20 });
+    const ids = [];
+    for (let n = 0; n < 5; n++) ids.push(await byCount.storeEvent("S", msg(n)));
+    expect(byCount.size()).toBe(3);
+    expect(await byCount.getStreamIdForEventId(ids[1]!)).toBeUndefined();
+    await expect(byCount.replayEventsAfter(ids[1]!, { send: async () => undefined })).rejects.toThrow(/unknown or expired event id/);
+    const sent: number[] = [];
+    await byCount.replayEventsAfter(ids[2]!, { send: async (_id, m) => void sent.push((m as { params: { n: number } }).params.n) });
+    expect(sent).toEqual([3, 4]);
+
+    const byBytes = new SessionEventStore({ maxEvents: 1000, maxBytes: 2500 });
+    for (let n = 0; n < 4; n++) await byBytes.storeEvent("S", msg(n, 1000));
+    expect(byBytes.size()).toBe(2);
   });
 });
