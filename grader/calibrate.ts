@@ -1,4 +1,3 @@
-import { homedir } from "node:os";
 import { join } from "node:path";
 import type { GraderTask } from "../tasks/loader.js";
 import { readJsonFile, taskContentHash, writeJsonAtomic } from "./files.js";
@@ -6,6 +5,7 @@ import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
 import { runSubmission, type SandboxFactory } from "./pipeline.js";
 import { flakyIds } from "./score.js";
 import type { Calibration, CaseRecord, GoldCase, HardwareFingerprint } from "./types.js";
+import { defaultCalibrationDir } from "../lib/paths.js";
 
 /**
  * Gold's calibration: the golden patch run `runs` times (3) on this machine, cached by task content
@@ -16,9 +16,7 @@ import type { Calibration, CaseRecord, GoldCase, HardwareFingerprint } from "./t
 export const CALIBRATION_FORMAT = 2;
 export const CALIBRATION_RUNS = 3;
 
-export function defaultCalibrationDir(): string {
-  return process.env.INFRADEV_CALIBRATION_DIR ?? join(homedir(), ".cache", "infradev", "calibration");
-}
+export { defaultCalibrationDir }; // lives in lib/paths.ts: the sandboxes mask it
 
 /** Gold could not be calibrated because the harness failed (not the task). */
 export class HarnessFault extends Error {

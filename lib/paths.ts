@@ -1,4 +1,5 @@
 import { existsSync, readFileSync } from "node:fs";
+import { homedir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -36,4 +37,14 @@ export function bundledTasksDir(): string {
 /** The bundled skills folder. */
 export function skillsDir(): string {
   return join(packageRoot(), "skills");
+}
+
+/** Gold calibrations (case ids of the hidden probes among them): INFRADEV_CALIBRATION_DIR to move it. */
+export function defaultCalibrationDir(): string {
+  return process.env.INFRADEV_CALIBRATION_DIR ?? join(homedir(), ".cache", "infradev", "calibration");
+}
+
+/** Mirrors of git task sources (they hold the merged PRs): INFRADEV_GIT_CACHE to move it. */
+export function gitCacheDir(): string {
+  return process.env.INFRADEV_GIT_CACHE ?? join(homedir(), ".cache", "infradev", "git");
 }

@@ -1,5 +1,5 @@
 import { join, resolve } from "node:path";
-import { packageRoot } from "../lib/paths.js";
+import { defaultCalibrationDir, gitCacheDir, packageRoot } from "../lib/paths.js";
 
 /**
  * Host secrets under /etc, masked wherever a backend binds the host's /etc. Commands run as uid 0
@@ -10,10 +10,12 @@ export const HOST_SECRETS = ["/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/et
 
 /**
  * Every path a sandbox must never show: the caller's (a task's hidden/, other sessions' runs), the
- * package's own tasks/ and runs/ (wherever the package is installed), and the host secrets. Paths
- * that are not under a bound folder are not visible anyway; the backends mask the rest.
+ * package's own tasks/ and runs/ (wherever the package is installed), the caches that hold graded
+ * material (gold calibrations name the hidden probes; git mirrors hold the merged PRs), and the host
+ * secrets. Paths that are not under a bound folder are not visible anyway; the backends mask the
+ * rest (a read-only mount of ~/.cache for model weights must not bring ~/.cache/infradev along).
  */
 export function sandboxHiddenPaths(extra: readonly string[] = []): string[] {
   const pkg = packageRoot();
-  return [...extra, join(pkg, "tasks"), join(pkg, "runs"), ...HOST_SECRETS].map((p) => resolve(p));
+  return [...extra, join(pkg, "tasks"), join(pkg, "runs"), defaultCalibrationDir(), gitCacheDir(), ...HOST_SECRETS].map((p) => resolve(p));
 }

@@ -141,7 +141,9 @@ export function loadPublicTask(idOrPath: string, tasksRoot = bundledTasksDir()):
   } else {
     source = { kind: "git", url: spec.source.url, base: spec.source.base };
   }
-  const { hidden: _hidden, ...publicSpec } = spec;
+  const { hidden: _hidden, ...rest } = spec;
+  // The post-PR commit of a git source names where the answer is: not part of the public view.
+  const publicSpec = spec.source.kind === "git" ? { ...rest, source: { kind: "git" as const, url: spec.source.url, base: spec.source.base } } : rest;
   return { id: spec.id, spec: publicSpec, prompt, source, label };
 }
 

@@ -25,6 +25,8 @@ export const GitSourceSchema = z.strictObject({
   merge: z.string().regex(/^[0-9a-f]{7,40}$/, "expected a commit sha (post-PR)").optional(),
 });
 
+export type GitSource = z.infer<typeof GitSourceSchema>;
+
 export const SourceSchema = z.discriminatedUnion("kind", [DirSourceSchema, GitSourceSchema]);
 
 export const HiddenLayoutSchema = z.strictObject({

@@ -1,7 +1,10 @@
-import { cpSync, existsSync, mkdirSync, readdirSync, writeFileSync, appendFileSync } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
+import { cpSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync, appendFileSync } from "node:fs";
 import { join } from "node:path";
 import { simpleGit } from "simple-git";
+import { gitCacheDir } from "../lib/paths.js";
 import type { PublicTask } from "./loader.js";
+import type { GitSource } from "./schema.js";
 
 /** Identity for the commits infradev makes in workspaces (never the user's global config). */
 const GIT_ENV_CONFIG = ["user.name=infradev", "user.email=infradev@localhost", "commit.gpgsign=false", "init.defaultBranch=main"];
@@ -35,14 +38,67 @@ export async function createSnapshot(task: PublicTask, dest: string): Promise<Sn
     await g.add(["-A"]);
     await g.commit(`base: ${task.id} (pre-PR snapshot)`, undefined, { "--allow-empty": null, "--no-verify": null });
   } else {
-    await simpleGit({ config: GIT_ENV_CONFIG }).clone(task.source.url, dest, ["--no-checkout"]);
-    const g = git(dest);
-    await g.checkout(["--detach", task.source.base]);
-    appendFileSync(join(dest, ".git", "info", "exclude"), `${EXCLUDES.join("\n")}\n`);
+    await gitSnapshot(task.source, dest);
   }
   const baseCommit = (await git(dest).revparse(["HEAD"])).trim();
   writeFileSync(join(dest, ".git", "infradev-base"), `${baseCommit}\n`);
   return { dir: dest, baseCommit };
+}
+
+/**
+ * A bare mirror of `url` in the cache that holds `base`: cloned once (into a temporary folder, then
+ * renamed, so two sessions starting together cannot see half a clone), fetched again only when the
+ * base commit is missing. Real sources (Megatron-LM, vLLM) are large; each session then copies only
+ * what base needs, locally.
+ */
+async function mirrorWith(url: string, base: string): Promise<string> {
+  const root = gitCacheDir();
+  mkdirSync(root, { recursive: true });
+  const dir = join(root, createHash("sha256").update(url).digest("hex").slice(0, 24) + ".git");
+  const has = async () => (await simpleGit({ baseDir: dir }).raw(["cat-file", "-t", `${base}^{commit}`]).catch(() => "")).trim() === "commit";
+  if (!existsSync(dir)) {
+    const tmp = `${dir}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
+    try {
+      await simpleGit({ config: GIT_ENV_CONFIG }).clone(url, tmp, ["--mirror"]);
+    } catch (e) {
+      rmSync(tmp, { recursive: true, force: true });
+      throw new Error(`git source ${url}: clone failed: ${e instanceof Error ? e.message.trim() : String(e)}`);
+    }
+    try {
+      renameSync(tmp, dir);
+    } catch {
+      rmSync(tmp, { recursive: true, force: true }); // another session's clone won the race
+    }
+  }
+  // Sessions fetch base from here by commit id (see gitSnapshot); the mirror is ours alone.
+  await simpleGit({ baseDir: dir }).raw(["config", "uploadpack.allowAnySHA1InWant", "true"]);
+  if (!(await has())) {
+    await simpleGit({ baseDir: dir, config: GIT_ENV_CONFIG })
+      .fetch(["--prune", "origin", "+refs/*:refs/*"])
+      .catch((e: unknown) => {
+        throw new Error(`git source ${url}: fetch failed: ${e instanceof Error ? e.message.trim() : String(e)}`);
+      });
+    if (!(await has())) throw new Error(`git source ${url}: base commit ${base} is not in the repository`);
+  }
+  return dir;
+}
+
+/**
+ * A workspace for a git source holds the base commit and its history, and nothing after it: no
+ * remote, no branch or tag of the upstream repository, no object only later commits reach. A plain
+ * clone would carry the merged PR (the golden patch) in its history, where `git log --all` finds it.
+ */
+async function gitSnapshot(source: GitSource, dest: string): Promise<void> {
+  const mirror = await mirrorWith(source.url, source.base);
+  const g = git(dest);
+  await g.init();
+  // Only base and its ancestors come over: a local fetch by commit id from our mirror.
+  await g.raw(["fetch", "--no-tags", mirror, source.base]);
+  await g.raw(["checkout", "--detach", source.base]);
+  // What the fetch left that names anything but base.
+  await g.raw(["update-ref", "-d", "FETCH_HEAD"]).catch(() => undefined);
+  rmSync(join(dest, ".git", "FETCH_HEAD"), { force: true });
+  appendFileSync(join(dest, ".git", "info", "exclude"), `${EXCLUDES.join("\n")}\n`);
 }
 
 /** The base commit recorded when the snapshot was made. */

@@ -180,6 +180,31 @@ describe("local sandbox: hidden paths", () => {
     }
   });
 
+  it("cannot read infradev's caches (gold calibrations, git mirrors with the merged PRs) under a bound cache folder", async () => {
+    const cache = join(base, "dotcache");
+    mkdirSync(join(cache, "infradev", "git", "abc.git"), { recursive: true });
+    mkdirSync(join(cache, "infradev", "calibration", "t"), { recursive: true });
+    mkdirSync(join(cache, "huggingface"), { recursive: true });
+    writeFileSync(join(cache, "infradev", "git", "abc.git", "packed-refs"), "merged-pr-ref\n");
+    writeFileSync(join(cache, "infradev", "calibration", "t", "calibration.json"), "hidden-probe-names\n");
+    writeFileSync(join(cache, "huggingface", "model.txt"), "weights\n");
+    const saved = { git: process.env.INFRADEV_GIT_CACHE, cal: process.env.INFRADEV_CALIBRATION_DIR };
+    process.env.INFRADEV_GIT_CACHE = join(cache, "infradev", "git");
+    process.env.INFRADEV_CALIBRATION_DIR = join(cache, "infradev", "calibration");
+    let cacheSb: LocalSandbox | undefined;
+    try {
+      cacheSb = await LocalSandbox.create({ hostRepoDir: workspace, readOnlyMounts: [{ host: cache, sandbox: "/opt/cache" }], selfCheck: true });
+      const r = await cacheSb.exec(["sh", "-c", "cat /opt/cache/huggingface/model.txt; grep -rh . /opt/cache/infradev; echo end"]);
+      expect(r.stdout).toBe("weights\nend\n");
+    } finally {
+      await cacheSb?.close();
+      for (const [k, v] of [["INFRADEV_GIT_CACHE", saved.git], ["INFRADEV_CALIBRATION_DIR", saved.cal]] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+  });
+
   it("refuses a mount that is or lies inside a hidden path, unless that path is the runs folder holding the workspace", async () => {
     await expect(LocalSandbox.create({ hostRepoDir: workspace, hiddenPaths: [taskDir], readOnlyMounts: [{ host: join(taskDir, "hidden"), sandbox: "/opt/x" }] })).rejects.toThrow(
       /lies inside, hidden path/,
