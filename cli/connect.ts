@@ -5,6 +5,7 @@ import { packageRoot } from "../lib/paths.js";
 import { loopbackListenHost, MCP_PATH, TOKEN_ENV } from "../server/http.js";
 import { loadPublicTask } from "../tasks/loader.js";
 import type { Harness } from "./skill.js";
+import { UsageError } from "../lib/errors.js";
 
 export interface ConnectOptions {
   task: string;
@@ -53,20 +54,25 @@ export function codexConfig(o: ConnectOptions, runTimeoutSec: number): string {
   ].join("\n");
 }
 
-/** The `mcp` entry for opencode.json (timeout in milliseconds). */
-export function opencodeConfig(o: ConnectOptions, runTimeoutSec: number): string {
-  const config = {
-    $schema: "https://opencode.ai/config.json",
-    mcp: {
-      infradev: {
-        type: "local",
-        command: serveArgv(o),
-        enabled: true,
-        timeout: toolTimeoutSec(runTimeoutSec) * 1000,
-      },
-    },
-  };
+/**
+ * OpenCode's config layout: V2 (current) names servers under `mcp.servers` and splits the timeout
+ * into `{ startup, request }`; V1 put them directly under `mcp` with `enabled` and one `timeout`.
+ * Both in milliseconds.
+ */
+export type OpencodeLayout = "v2" | "v1";
+
+function opencodeEntry(server: Record<string, unknown>, runTimeoutSec: number, layout: OpencodeLayout): string {
+  const requestMs = toolTimeoutSec(runTimeoutSec) * 1000;
+  const config =
+    layout === "v2"
+      ? { $schema: "https://opencode.ai/config.json", mcp: { servers: { infradev: { ...server, timeout: { startup: 60_000, request: requestMs } } } } }
+      : { $schema: "https://opencode.ai/config.json", mcp: { infradev: { ...server, enabled: true, timeout: requestMs } } };
   return `${JSON.stringify(config, null, 2)}\n`;
+}
+
+/** The local (stdio) server entry for opencode.json. */
+export function opencodeConfig(o: ConnectOptions, runTimeoutSec: number, layout: OpencodeLayout = "v2"): string {
+  return opencodeEntry({ type: "local", command: serveArgv(o) }, runTimeoutSec, layout);
 }
 
 /** The port `connect --http` writes into the config (the server must be started with it). */
@@ -90,22 +96,9 @@ export function codexHttpConfig(url: string, runTimeoutSec: number): string {
   ].join("\n");
 }
 
-/** The remote `mcp` entry for opencode.json; `oauth: false` so a 401 is reported, not taken for an OAuth server. */
-export function opencodeHttpConfig(url: string, runTimeoutSec: number): string {
-  const config = {
-    $schema: "https://opencode.ai/config.json",
-    mcp: {
-      infradev: {
-        type: "remote",
-        url,
-        enabled: true,
-        oauth: false,
-        headers: { Authorization: `Bearer {env:${TOKEN_ENV}}` },
-        timeout: toolTimeoutSec(runTimeoutSec) * 1000,
-      },
-    },
-  };
-  return `${JSON.stringify(config, null, 2)}\n`;
+/** The remote server entry for opencode.json; `oauth: false` so a 401 is reported, not taken for an OAuth server. */
+export function opencodeHttpConfig(url: string, runTimeoutSec: number, layout: OpencodeLayout = "v2"): string {
+  return opencodeEntry({ type: "remote", url, oauth: false, headers: { Authorization: `Bearer {env:${TOKEN_ENV}}` } }, runTimeoutSec, layout);
 }
 
 const shellQuote = (a: string) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, "'\\''")}'`);
@@ -121,7 +114,7 @@ function httpSteps(o: ConnectOptions, host: string, port: number, harness: Harne
     `# 2. in the shell that starts ${harness}: export ${TOKEN_ENV}="$(cat ${runs}/<run-id>/http-token)"`,
     harness === "codex"
       ? "# 3. add to ~/.codex/config.toml (or .codex/config.toml in a trusted project); skill: infradev skill install --codex"
-      : "# 3. merge into opencode.json (project) or ~/.config/opencode/opencode.json; timeout is in ms; skill: infradev skill install --opencode",
+      : "# 3. merge into opencode.json (project) or ~/.config/opencode/opencode.json; timeouts are in ms (V2 layout; --opencode-v1 for the old one); skill: infradev skill install --opencode",
     "",
   ].join("\n");
 }
@@ -137,26 +130,29 @@ export function registerConnectCommands(program: Command): void {
     .option("--http", "connect to `serve --http` (Streamable HTTP on loopback, bearer token from $INFRADEV_HTTP_TOKEN) instead of starting it over stdio")
     .option("--host <host>", "with --http: the server's loopback host", "127.0.0.1")
     .option("--port <n>", "with --http: the server's port", String(CONNECT_HTTP_PORT))
-    .action((harness: string, opts: { task: string; sandbox: string; runsDir: string; tasksDir?: string; http?: boolean; host: string; port: string }) => {
-      if (harness !== "codex" && harness !== "opencode") throw new Error(`connect: harness must be codex or opencode (got "${harness}")`);
-      if (!["local", "docker", "none"].includes(opts.sandbox)) throw new Error(`connect: --sandbox must be local, docker or none (got "${opts.sandbox}")`);
+    .option("--opencode-v1", "opencode: the V1 config layout (servers directly under `mcp`, `enabled`, one `timeout`) instead of V2's `mcp.servers`")
+    .action((harness: string, opts: { task: string; sandbox: string; runsDir: string; tasksDir?: string; http?: boolean; host: string; port: string; opencodeV1?: boolean }) => {
+      if (harness !== "codex" && harness !== "opencode") throw new UsageError(`connect: harness must be codex or opencode (got "${harness}")`);
+      if (!["local", "docker", "none"].includes(opts.sandbox)) throw new UsageError(`connect: --sandbox must be local, docker or none (got "${opts.sandbox}")`);
       const task = loadPublicTask(opts.task, opts.tasksDir);
       const o: ConnectOptions = { task: opts.task, sandbox: opts.sandbox, runsDir: opts.runsDir, tasksDir: opts.tasksDir };
       const h = harness as Harness;
+      if (opts.opencodeV1 && h !== "opencode") throw new UsageError("connect: --opencode-v1 applies to opencode only");
+      const layout: OpencodeLayout = opts.opencodeV1 ? "v1" : "v2";
       if (opts.http) {
         const port = /^\d{1,5}$/.test(opts.port) ? Number(opts.port) : NaN;
-        if (!(port >= 1 && port <= 65535)) throw new Error(`connect: --port must be a fixed port from 1 to 65535 (got "${opts.port}"); the config names it`);
+        if (!(port >= 1 && port <= 65535)) throw new UsageError(`connect: --port must be a fixed port from 1 to 65535 (got "${opts.port}"); the config names it`);
         const url = httpUrl(opts.host, port);
         process.stderr.write(httpSteps(o, opts.host, port, h));
-        process.stdout.write(h === "codex" ? codexHttpConfig(url, task.spec.run_timeout_sec) : opencodeHttpConfig(url, task.spec.run_timeout_sec));
+        process.stdout.write(h === "codex" ? codexHttpConfig(url, task.spec.run_timeout_sec) : opencodeHttpConfig(url, task.spec.run_timeout_sec, layout));
         return;
       }
       if (h === "codex") {
         process.stderr.write("# add to ~/.codex/config.toml (or .codex/config.toml in a trusted project); skill: infradev skill install --codex\n");
         process.stdout.write(codexConfig(o, task.spec.run_timeout_sec));
       } else {
-        process.stderr.write("# merge into opencode.json (project) or ~/.config/opencode/opencode.json; timeout is in ms; skill: infradev skill install --opencode\n");
-        process.stdout.write(opencodeConfig(o, task.spec.run_timeout_sec));
+        process.stderr.write("# merge into opencode.json (project) or ~/.config/opencode/opencode.json; timeouts are in ms (V2 layout; --opencode-v1 for the old one); skill: infradev skill install --opencode\n");
+        process.stdout.write(opencodeConfig(o, task.spec.run_timeout_sec, layout));
       }
     });
 }

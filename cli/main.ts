@@ -10,6 +10,7 @@ import { registerSandboxCommands } from "./sandbox.js";
 import { registerServeCommands } from "./serve.js";
 import { registerSkillCommands } from "./skill.js";
 import { registerTasksCommands } from "./tasks.js";
+import { UsageError } from "../lib/errors.js";
 
 /** The `infradev` command: thin; each sub-command lives in its own file and calls the modules. */
 export function buildProgram(): Command {
@@ -37,11 +38,13 @@ async function main(): Promise<void> {
     await program.parseAsync(process.argv);
   } catch (e) {
     if (e instanceof CommanderError) process.exit(e.exitCode);
-    if (e instanceof TaskError) {
+    if (e instanceof TaskError || e instanceof UsageError) {
       process.stderr.write(`infradev: ${e.message}\n`);
       process.exit(2);
     }
-    process.stderr.write(`infradev: ${(e as Error).stack ?? String(e)}\n`);
+    // Anything else: the message, and the stack on request (a failure of ours, or of the machine).
+    const err = e instanceof Error ? e : new Error(String(e));
+    process.stderr.write(process.env.INFRADEV_DEBUG ? `infradev: ${err.stack}\n` : `infradev: ${err.message}\n  (INFRADEV_DEBUG=1 shows where it failed)\n`);
     process.exit(1);
   }
 }

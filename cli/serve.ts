@@ -7,6 +7,7 @@ import { serveHttp } from "../server/http.js";
 import type { SandboxFactory } from "../server/session.js";
 import { serveStdio } from "../server/stdio.js";
 import { addDockerOptions, dockerOptionsFromFlags, type DockerCliOptions, type DockerFlags } from "./sandbox-options.js";
+import { UsageError } from "../lib/errors.js";
 
 const KINDS: SandboxKind[] = ["local", "none", "docker"];
 
@@ -46,12 +47,12 @@ function httpPort(opts: HttpFlags): number {
   if (!opts.http) {
     const flags = { port: "--port", host: "--host", tokenFile: "--token-file", printToken: "--print-token" } as const;
     const stray = (Object.keys(flags) as Array<keyof typeof flags>).filter((k) => opts[k] !== undefined).map((k) => flags[k]);
-    if (stray.length > 0) throw new Error(`${stray.join(", ")} only apply with --http`);
+    if (stray.length > 0) throw new UsageError(`${stray.join(", ")} ${stray.length > 1 ? "only apply" : "only applies"} with --http`);
     return 0;
   }
   if (opts.port === undefined) return 0;
   const port = /^\d{1,5}$/.test(opts.port) ? Number(opts.port) : NaN;
-  if (!(port >= 0 && port <= 65535)) throw new Error(`--port must be a number from 0 to 65535 (got "${opts.port}")`);
+  if (!(port >= 0 && port <= 65535)) throw new UsageError(`--port must be a number from 0 to 65535 (got "${opts.port}")`);
   return port;
 }
 
@@ -72,7 +73,7 @@ export function registerServeCommands(program: Command): void {
     .option("--print-token", "with --http: put the token itself in the start-up line");
   addDockerOptions(cmd).action(
     async (opts: DockerFlags & { task: string; sandbox: string; runsDir: string; resume?: string; python?: string; tasksDir?: string } & HttpFlags) => {
-      if (!KINDS.includes(opts.sandbox as SandboxKind)) throw new Error(`serve: --sandbox must be one of ${KINDS.join(", ")} (got "${opts.sandbox}")`);
+      if (!KINDS.includes(opts.sandbox as SandboxKind)) throw new UsageError(`serve: --sandbox must be one of ${KINDS.join(", ")} (got "${opts.sandbox}")`);
       const logger = createLogger("infradev-serve");
       if (opts.sandbox === "none") logger.warn("--sandbox none: commands run as plain processes on this host; NOTHING is isolated");
       try {

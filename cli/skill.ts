@@ -4,6 +4,7 @@ import { dirname, join, resolve } from "node:path";
 import type { Command } from "commander";
 import { skillsDir } from "../lib/paths.js";
 import { INFRA_SKILL, loadSkill, skillFile } from "../server/skill.js";
+import { UsageError } from "../lib/errors.js";
 
 export type Harness = "codex" | "opencode";
 
@@ -41,7 +42,7 @@ export function registerSkillCommands(program: Command): void {
     .option("--dir <dir>", "skills folder to install into instead of the harness's default (the skill goes in <dir>/infra-dev/)")
     .action((opts: { codex?: boolean; opencode?: boolean; dir?: string }) => {
       const harnesses: Harness[] = [...(opts.codex ? (["codex"] as const) : []), ...(opts.opencode ? (["opencode"] as const) : [])];
-      if (harnesses.length === 0 && !opts.dir) throw new Error("skill install: pass --codex, --opencode (or both), or --dir <skills folder>");
+      if (harnesses.length === 0 && !opts.dir) throw new UsageError("skill install: pass --codex, --opencode (or both), or --dir <skills folder>");
       const roots = opts.dir ? [resolve(opts.dir)] : harnesses.map((h) => defaultSkillsRoot(h));
       for (const root of roots) {
         const { file, changed } = installSkill(root);

@@ -8,7 +8,7 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { Progress } from "@modelcontextprotocol/sdk/types.js";
 import { afterAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { codexConfig, opencodeConfig, toolTimeoutSec } from "../cli/connect.js";
+import { codexConfig, opencodeConfig, opencodeHttpConfig, toolTimeoutSec } from "../cli/connect.js";
 import { defaultSkillsRoot, installSkill } from "../cli/skill.js";
 import { pythonHelpersDir } from "../lib/paths.js";
 import { SessionEventStore } from "../server/event-store.js";
@@ -165,13 +165,22 @@ describe("skill and harness configuration", () => {
         "",
       ].join("\n"),
     );
-    const oc = JSON.parse(opencodeConfig(o, 600));
-    expect(oc.mcp.infradev).toEqual({
-      type: "local",
-      command: ["/usr/bin/node", "/pkg/dist/cli/main.js", "serve", "--task", "grad-bucketing", "--sandbox", "local", "--runs-dir", "/r/runs"],
-      enabled: true,
-      timeout: 1_500_000,
+    const command = ["/usr/bin/node", "/pkg/dist/cli/main.js", "serve", "--task", "grad-bucketing", "--sandbox", "local", "--runs-dir", "/r/runs"];
+    // OpenCode V2 (current): mcp.servers, no `enabled`, timeout split into startup / request (ms).
+    const v2 = JSON.parse(opencodeConfig(o, 600));
+    expect(Object.keys(v2.mcp)).toEqual(["servers"]);
+    expect(v2.mcp.servers.infradev).toEqual({ type: "local", command, timeout: { startup: 60_000, request: 1_500_000 } });
+    const v1 = JSON.parse(opencodeConfig(o, 600, "v1"));
+    expect(v1.mcp.infradev).toEqual({ type: "local", command, enabled: true, timeout: 1_500_000 });
+    const remote = JSON.parse(opencodeHttpConfig("http://127.0.0.1:8741/mcp", 600));
+    expect(remote.mcp.servers.infradev).toEqual({
+      type: "remote",
+      url: "http://127.0.0.1:8741/mcp",
+      oauth: false,
+      headers: { Authorization: "Bearer {env:INFRADEV_HTTP_TOKEN}" },
+      timeout: { startup: 60_000, request: 1_500_000 },
     });
+    expect(JSON.parse(opencodeHttpConfig("http://127.0.0.1:8741/mcp", 600, "v1")).mcp.infradev).toMatchObject({ type: "remote", enabled: true, timeout: 1_500_000 });
   });
 });
 
