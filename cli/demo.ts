@@ -8,10 +8,13 @@ import { formatTable } from "./tasks.js";
 export function registerDemoCommands(program: Command): void {
   const cmd = program
     .command("demo")
-    .description("grade, for every bundled task runnable here, the golden patch, each adversarial patch, the hollow patch and an empty patch; print one table")
+    .description(
+      "grade, for every bundled task runnable here (or --tasks-dir's: the task author's acceptance check), the golden patch, each adversarial patch, the hollow patch, the pre-PR base as it is and an empty patch; print one table; exit 1 when an expectation fails",
+    )
     .option("--out <dir>", "results folder (complete results found there are reused)", `${DEFAULT_OUT}/demo`)
+    .option("--task <id>", "only this task (repeatable; default: every task)", (v: string, prev: string[] = []) => [...prev, v])
     .option("--json", "print an array of { submission, result } on stdout");
-  addGraderOptions(cmd).action(async (opts: GraderCliOptions) => {
+  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task?: string[] }) => {
     const tasksRoot = opts.tasksDir ?? bundledTasksDir();
     const started = Date.now();
     const report = await runDemo({
@@ -20,6 +23,7 @@ export function registerDemoCommands(program: Command): void {
       calibrationDir: resolve(opts.calibrationDir),
       sandboxFactory: graderSandboxFactoryFromFlags(opts, [tasksRoot, opts.out, opts.calibrationDir]),
       combine: !opts.separateSuites,
+      taskIds: opts.task,
       onProgress: progressToStderr("[demo] "),
     });
     const failures = demoExpectationFailures(report);
@@ -30,7 +34,7 @@ export function registerDemoCommands(program: Command): void {
         formatTable(DEMO_HEADER, demoTableRows(report)),
         "",
         "Set A = official post-PR tests; Set B = official tests + hidden probes. resolved = paper rule (passed ≥ gold's); (strict …) shown where the strict rule differs.",
-        failures.length ? `EXPECTATIONS NOT MET:\n${failures.map((f) => `  - ${f}`).join("\n")}` : "expectations met: golden resolved in A and B; every adversarial patch resolved in A, not in B; hollow and empty not resolved; empty scores 0.",
+        failures.length ? `EXPECTATIONS NOT MET:\n${failures.map((f) => `  - ${f}`).join("\n")}` : "expectations met: golden resolved in A and B; every adversarial patch resolved in A, not in B; hollow and empty not resolved; the base not resolved in B; empty scores 0.",
         `results under ${resolve(opts.out)} (${((Date.now() - started) / 1000).toFixed(0)} s)`,
       ];
       process.stdout.write(`${lines.join("\n")}\n`);

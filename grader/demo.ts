@@ -1,5 +1,6 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { UsageError } from "../lib/errors.js";
 import { bundledTasksDir } from "../lib/paths.js";
 import { listTaskIds, loadGraderTask, type GraderTask } from "../tasks/loader.js";
 import { taskRunnableHere } from "../tasks/runnable.js";
@@ -12,15 +13,16 @@ import type { Calibration, FailureLabel, GradeResult } from "./types.js";
 
 /**
  * `demo`: for every bundled task this machine can run, grade the golden patch, every adversarial
- * patch, the hollow patch and an empty patch — one calibration per task, shared by all of them.
+ * patch, the hollow patch, the pre-PR base as it is and an empty patch — one calibration per task,
+ * shared by all of them. It is also the task author's acceptance check (`--tasks-dir`, `--task`).
  */
 
-export type SubmissionKind = "golden" | "adversarial" | "hollow" | "empty";
+export type SubmissionKind = "golden" | "adversarial" | "hollow" | "base" | "empty";
 
 export interface DemoSubmission {
   task: string;
   kind: SubmissionKind;
-  /** `golden`, `adversarial/<name>`, `hollow`, `empty`. */
+  /** `golden`, `adversarial/<name>`, `hollow`, `base`, `empty`. */
   name: string;
   patchFile: string | null;
   /** Promises an adversarial patch is declared to break (hidden/adversarial/index.yaml). */
@@ -51,6 +53,8 @@ export function demoSubmissions(task: GraderTask, emptyPatch: string): DemoSubmi
     { task: task.id, kind: "golden", name: "golden", patchFile: task.hidden.goldenPatch },
     ...task.hidden.adversarial.map((a) => ({ task: task.id, kind: "adversarial" as const, name: `adversarial/${a.name}`, patchFile: a.patchPath, breaks: a.breaks })),
     ...(task.hidden.hollowPatch ? [{ task: task.id, kind: "hollow" as const, name: "hollow", patchFile: task.hidden.hollowPatch }] : []),
+    // The suites really run on the base (an empty patch is scored 0 without running anything).
+    { task: task.id, kind: "base", name: "base", patchFile: null },
     { task: task.id, kind: "empty", name: "empty", patchFile: emptyPatch },
   ];
 }
@@ -63,6 +67,8 @@ export interface RunDemoOptions {
   combine?: boolean;
   /** Test hook: whether the machine has a GPU (default: /dev/nvidia*). */
   hasGpu?: boolean;
+  /** Only these task ids (default: every task of tasksRoot); an unknown id is an error. */
+  taskIds?: string[];
   onProgress?: (msg: string) => void;
 }
 
@@ -79,7 +85,10 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
   const emptyPatch = join(opts.outDir, "empty.patch");
   writeFileSync(emptyPatch, "");
   const fingerprints = new Map<string, Awaited<ReturnType<typeof hardwareFingerprint>>>();
-  for (const id of listTaskIds(tasksRoot)) {
+  const known = listTaskIds(tasksRoot);
+  const unknown = (opts.taskIds ?? []).filter((t) => !known.includes(t));
+  if (unknown.length) throw new UsageError(`demo: unknown task ${unknown.map((t) => JSON.stringify(t)).join(", ")} in ${tasksRoot} (known: ${known.join(", ")})`);
+  for (const id of opts.taskIds ?? known) {
     const task = loadGraderTask(id, tasksRoot);
     const runnable = taskRunnableHere(task.spec, opts.hasGpu === undefined ? {} : { hasGpu: opts.hasGpu });
     if (!runnable.runnable) {
@@ -107,6 +116,7 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
       const out = await gradeSubmission({
         task,
         patchFile: sub.patchFile,
+        baseAsIs: sub.kind === "base",
         outDir: opts.outDir,
         sandboxFactory: opts.sandboxFactory,
         calibration: handle.calibration,
@@ -172,7 +182,7 @@ export function demoTableRows(report: DemoReport): string[][] {
 /**
  * What the demo must show; each broken expectation is one line. Golden resolved in A and B; every
  * adversarial patch resolved in A and not in B, caught by a probe of a promise it declares to
- * break; hollow and empty not resolved; empty scores exactly 0.
+ * break; hollow and empty not resolved; the base not resolved in B; empty scores exactly 0.
  */
 export function demoExpectationFailures(report: DemoReport): string[] {
   const out: string[] = [];
@@ -191,6 +201,8 @@ export function demoExpectationFailures(report: DemoReport): string[] {
       if (caught.length && !caught.some((c) => c.labels.length)) out.push(`${who}: no failing probe of the promises it breaks (${r.breaks!.join(", ")})`);
     }
     if ((r.kind === "hollow" || r.kind === "empty") && (res.official.resolved || res.with_probes.resolved)) out.push(`${who}: resolved, but must not be`);
+    // The base may pass weak official tests (a performance PR's often do); the probes must catch it.
+    if (r.kind === "base" && res.with_probes.resolved) out.push(`${who}: the pre-PR base is resolved in Set B (the probes do not test what the PR changes)`);
     if (r.kind === "empty" && (res.score !== 0 || res.official.score !== 0)) out.push(`${who}: scores ${res.score}, not exactly 0`);
   }
   return out;

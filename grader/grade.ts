@@ -28,6 +28,11 @@ export interface GradeOptions {
   task: GraderTask;
   /** null: no patch was produced (scores 0 / N_p as `missing_patch`). */
   patchFile: string | null;
+  /**
+   * For the acceptance check, not for submissions: run the suites on the pre-PR base as it is
+   * (patchFile is ignored) and score what happens, where an empty patch is scored 0 unseen.
+   */
+  baseAsIs?: boolean;
   outDir: string;
   sandboxFactory: SandboxFactory;
   calibrationDir?: string;
@@ -72,6 +77,8 @@ export interface GradeOutcome {
 }
 
 export const MISSING_HASH = "missing";
+/** The artifact folder of the base run as it is (baseAsIs). */
+export const BASE_AS_IS = "base-as-is";
 
 export function submissionHash(bytes: Uint8Array | null): string {
   return bytes === null ? MISSING_HASH : sha256(bytes).slice(0, 16);
@@ -86,8 +93,8 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   const { task } = opts;
   const started = Date.now();
   const say = (msg: string) => opts.onProgress?.(msg);
-  const bytes = opts.patchFile !== null && existsSync(opts.patchFile) && statSync(opts.patchFile).isFile() ? readFileSync(opts.patchFile) : null;
-  const hash = submissionHash(bytes);
+  const bytes = !opts.baseAsIs && opts.patchFile !== null && existsSync(opts.patchFile) && statSync(opts.patchFile).isFile() ? readFileSync(opts.patchFile) : null;
+  const hash = opts.baseAsIs ? BASE_AS_IS : submissionHash(bytes);
   const artifactDir = join(opts.outDir, task.id, hash);
   const taskHash = opts.taskHash ?? taskContentHash(task.taskDir);
   const fingerprint = opts.fingerprint ?? opts.calibration?.fingerprint ?? (await hardwareFingerprint(task.fullSpec.env.python));
@@ -123,15 +130,15 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   let pin: PytestPin | null = null;
   let reusedSessions: string[] = [];
   let harnessError: string | undefined;
-  if (bytes === null) {
+  if (bytes === null && !opts.baseAsIs) {
     outcome = { task_id: task.id, status: "missing_patch", apply_method: null, reason: opts.patchFile ? `patch file ${opts.patchFile} does not exist or is not a file` : "no patch was submitted" };
-  } else if (isEmptyPatch(bytes)) {
+  } else if (bytes !== null && isEmptyPatch(bytes)) {
     outcome = { task_id: task.id, status: "empty_patch", apply_method: null, reason: "the patch is empty" };
   } else {
     const run = await runSubmission({
       task,
       runKey: `${taskHash}:${fpHash}`,
-      patchFile: join(artifactDir, "submission.patch"),
+      patchFile: opts.baseAsIs ? null : join(artifactDir, "submission.patch"),
       artifactDir,
       sandboxFactory: opts.sandboxFactory,
       combine: opts.combine,
@@ -158,7 +165,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
     fingerprint_hash: fpHash,
     calibration_created_at: calibration.created_at,
     submission_hash: hash,
-    patch_file: opts.patchFile,
+    patch_file: opts.baseAsIs ? null : opts.patchFile,
     flaky_gold_cases: calibration.flaky,
     reverted_test_edits: reverted,
     reverted_test_config: revertedConfig,

@@ -25,7 +25,8 @@ export interface RunSubmissionOptions {
   task: GraderTask;
   /** Task content + hardware: part of every session key. */
   runKey: string;
-  patchFile: string;
+  /** null: run the pre-PR base as it is (the acceptance check's "base" row; never a submission). */
+  patchFile: string | null;
   artifactDir: string;
   sandboxFactory: SandboxFactory;
   /** Run official tests and probes in one launcher session per mode when safe (default true). */
@@ -38,7 +39,8 @@ export type RunOutcome =
   | { kind: "inapplicable"; reason: string }
   | {
       kind: "ran";
-      method: ApplyMethod;
+      /** null: nothing was applied (the base as it is). */
+      method: ApplyMethod | null;
       sessions: SessionResult[];
       cases: CaseRecord[];
       collectionErrors: CollectionError[];
@@ -55,7 +57,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
   const { task, artifactDir } = opts;
   mkdirSync(artifactDir, { recursive: true });
   // The pure pre-check first: a refused patch needs no workspace.
-  const pre = checkPatch(readFileSync(opts.patchFile));
+  const pre: ReturnType<typeof checkPatch> = opts.patchFile === null ? { ok: true, paths: [] } : checkPatch(readFileSync(opts.patchFile));
   if (!pre.ok) {
     const reason = `inapplicable: ${pre.reason}`;
     writeFileSync(join(artifactDir, "apply.log"), `pre-check: ${pre.reason}\n`);
@@ -64,7 +66,10 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
   }
   const ws = await freshWorkspace(task, { recordIn: artifactDir });
   try {
-    const applied = await applyPatch(ws.repoDir, opts.patchFile, ws.baseCommit);
+    const applied =
+      opts.patchFile === null
+        ? { applied: true as const, method: null, paths: [] as string[], log: "nothing applied: the pre-PR base as it is\n" }
+        : await applyPatch(ws.repoDir, opts.patchFile, ws.baseCommit);
     writeFileSync(join(artifactDir, "apply.log"), applied.log);
     if (!applied.applied) {
       writeJsonAtomic(join(artifactDir, "apply.json"), { applied: false, reason: applied.reason });
@@ -88,7 +93,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       configReverts.length ? `restored or removed ${configReverts.length} pytest-affecting file(s) outside them (${configReverts.map((c) => c.path).join(", ")})` : "",
       pin.droppedAddopts.length ? `left ${pin.droppedAddopts.join(" ")} out of the base's addopts` : "",
     ].filter(Boolean);
-    opts.onProgress?.(`applied with ${applied.method}${notes.map((n) => `; ${n}`).join("")}`);
+    opts.onProgress?.(`${applied.method ? `applied with ${applied.method}` : "the base as it is"}${notes.map((n) => `; ${n}`).join("")}`);
     const plans = planSessions(task, ws.repoDir, { combine: opts.combine, pin });
     const reverts = { revertedTestEdits: install.reverted, revertedTestConfig: configReverts, pytestPin: pin };
     let sandbox: Sandbox;

@@ -113,6 +113,19 @@ describe.each(SANDBOX_BACKENDS)("grader on the %s sandbox", (backend) => {
       expect(out.result.with_probes).toMatchObject({ passed: 5, resolved: false });
     }, 180_000);
 
+    it("the base as it is (the acceptance check's base row) really runs: the post-PR tests and the probes fail on it", async () => {
+      const out = await gradeSubmission({ task, patchFile: null, baseAsIs: true, outDir: join(root, "out"), calibrationDir: calDir(), sandboxFactory });
+      expect(out.result).toMatchObject({ status: "graded", apply_method: null, n_cases: 8 });
+      expect(out.artifactDir.endsWith(join("tiny-mean", "base-as-is"))).toBe(true);
+      // all_mean does not exist before the PR: the post-PR test module fails to import, and every
+      // probe fails; each case is labelled (none is scored unseen, as an empty patch would be).
+      for (const c of out.result.cases) expect(c.outcome, c.id).not.toBe("passed");
+      expect(out.result.cases.filter((c) => c.suite === "probe").length).toBeGreaterThan(0);
+      expect(out.result.cases.every((c) => c.label === undefined || c.label.startsWith("structural") || c.suite === "probe")).toBe(true);
+      expect(out.result.with_probes).toMatchObject({ passed: 0, resolved: false });
+      expect(readFileSync(join(out.artifactDir, "apply.log"), "utf8")).toMatch(/nothing applied/);
+    });
+
     it("reuses a complete result without running anything", async () => {
       const adv = task.hidden.adversarial.find((a) => a.name === "sum-not-mean")!;
       const again = await gradeSubmission({
