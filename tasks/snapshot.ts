@@ -73,11 +73,12 @@ async function mirrorWith(url: string, base: string): Promise<string> {
   // Sessions fetch base from here by commit id (see gitSnapshot); the mirror is ours alone.
   await simpleGit({ baseDir: dir }).raw(["config", "uploadpack.allowAnySHA1InWant", "true"]);
   if (!(await has())) {
-    await simpleGit({ baseDir: dir, config: GIT_ENV_CONFIG })
-      .fetch(["--prune", "origin", "+refs/*:refs/*"])
-      .catch((e: unknown) => {
-        throw new Error(`git source ${url}: fetch failed: ${e instanceof Error ? e.message.trim() : String(e)}`);
-      });
+    try {
+      await simpleGit({ baseDir: dir, config: GIT_ENV_CONFIG }).fetch(["--prune", "origin", "+refs/*:refs/*"]);
+    } catch (e) {
+      // Another session fetching into the same mirror holds its ref locks: what matters is base.
+      if (!(await has())) throw new Error(`git source ${url}: fetch failed: ${e instanceof Error ? e.message.trim() : String(e)}`);
+    }
     if (!(await has())) throw new Error(`git source ${url}: base commit ${base} is not in the repository`);
   }
   return dir;

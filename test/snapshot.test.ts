@@ -100,7 +100,9 @@ describe("git sources", () => {
 
   it("clones once into the cache, fetches again only for a base it lacks, and names a base that does not exist", async () => {
     const task = loadPublicTask("gitty", join(root, "tasks"));
-    await createSnapshot(task, join(root, "ws1"));
+    // Two sessions starting together on an empty cache: one mirror, two good workspaces.
+    const both = await Promise.all([createSnapshot(task, join(root, "ws1")), createSnapshot(task, join(root, "ws1b"))]);
+    expect(both.map((b) => b.baseCommit)).toEqual([base, base]);
     const mirrors = readdirSync(cache);
     expect(mirrors).toHaveLength(1);
     // The upstream moves on; a second session on the same base needs no fetch and still gets base.
