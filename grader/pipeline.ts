@@ -64,7 +64,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
     writeJsonAtomic(join(artifactDir, "apply.json"), { applied: false, reason });
     return { kind: "inapplicable", reason };
   }
-  const ws = await freshWorkspace(task, { recordIn: artifactDir });
+  const ws = await freshWorkspace(task, { recordIn: artifactDir, onProgress: opts.onProgress });
   try {
     const applied =
       opts.patchFile === null

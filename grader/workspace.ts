@@ -20,12 +20,12 @@ export interface GradingWorkspace {
  * A fresh workspace from the task's source at base, in a new temporary folder: never an agent's
  * workspace, so the grader's sandbox cannot share a writable mount with one.
  */
-export async function freshWorkspace(task: GraderTask, opts: { recordIn?: string } = {}): Promise<GradingWorkspace> {
+export async function freshWorkspace(task: GraderTask, opts: { recordIn?: string; onProgress?: (msg: string) => void } = {}): Promise<GradingWorkspace> {
   if (opts.recordIn) removeStaleWorkspace(opts.recordIn);
   const root = mkdtempSync(join(tmpdir(), `infradev-grade-${task.id}-`));
   if (opts.recordIn) writeFileSync(join(opts.recordIn, WORKSPACE_RECORD), `${root}\n`);
   const repoDir = join(root, "repo");
-  const snap = await createSnapshot(task, repoDir);
+  const snap = await createSnapshot(task, repoDir, { onProgress: opts.onProgress });
   return { root, repoDir, baseCommit: snap.baseCommit };
 }
 

@@ -117,6 +117,8 @@ export interface OpenRunOptions {
   /** Reopen this run instead of creating a new one. */
   resume?: string;
   now?: Date;
+  /** Long steps of creating the workspace (a first clone of a git source). */
+  onProgress?: (msg: string) => void;
 }
 
 /** Creates runs/<new-id>/ with the workspace at base, or reopens runs/<resume>/ as it was left. */
@@ -137,7 +139,7 @@ export async function openRun(opts: OpenRunOptions): Promise<{ session: RunDirSe
   }
   const paths = runPaths(opts.runsDir, newRunId(opts.task.id, opts.now));
   mkdirSync(paths.runDir, { recursive: true });
-  const snap = await createSnapshot(opts.task, paths.workspaceDir);
+  const snap = await createSnapshot(opts.task, paths.workspaceDir, { onProgress: opts.onProgress });
   const state: SessionFile = {
     schema_version: 1,
     run_id: paths.runId,

@@ -74,7 +74,7 @@ async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
  */
 export async function openSession(opts: SessionOptions): Promise<Session> {
   const task = loadPublicTask(opts.taskId, opts.tasksRoot);
-  const { session, resumed } = await openRun({ task, runsDir: opts.runsDir, resume: opts.resume });
+  const { session, resumed } = await openRun({ task, runsDir: opts.runsDir, resume: opts.resume, onProgress: (msg) => opts.logger.info(msg) });
   const { paths } = session;
   let baseHost: string | null;
   if (resumed) {

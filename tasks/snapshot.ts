@@ -26,7 +26,7 @@ export interface Snapshot {
  * Materialises the task's pre-PR snapshot in `dest` as a git repo with the base committed, so that
  * `git diff <base>` is the agent's (or a submission's) patch. `dest` must not exist or be empty.
  */
-export async function createSnapshot(task: PublicTask, dest: string): Promise<Snapshot> {
+export async function createSnapshot(task: PublicTask, dest: string, opts: { onProgress?: (msg: string) => void } = {}): Promise<Snapshot> {
   if (existsSync(dest) && readdirSync(dest).length > 0) throw new Error(`workspace ${dest} already exists and is not empty`);
   mkdirSync(dest, { recursive: true });
   if (task.source.kind === "dir") {
@@ -38,7 +38,7 @@ export async function createSnapshot(task: PublicTask, dest: string): Promise<Sn
     await g.add(["-A"]);
     await g.commit(`base: ${task.id} (pre-PR snapshot)`, undefined, { "--allow-empty": null, "--no-verify": null });
   } else {
-    await gitSnapshot(task.source, dest);
+    await gitSnapshot(task.source, dest, opts.onProgress);
   }
   const baseCommit = (await git(dest).revparse(["HEAD"])).trim();
   writeFileSync(join(dest, ".git", "infradev-base"), `${baseCommit}\n`);
@@ -51,13 +51,14 @@ export async function createSnapshot(task: PublicTask, dest: string): Promise<Sn
  * base commit is missing. Real sources (Megatron-LM, vLLM) are large; each session then copies only
  * what base needs, locally.
  */
-async function mirrorWith(url: string, base: string): Promise<string> {
+async function mirrorWith(url: string, base: string, say: (msg: string) => void): Promise<string> {
   const root = gitCacheDir();
   mkdirSync(root, { recursive: true });
   const dir = join(root, createHash("sha256").update(url).digest("hex").slice(0, 24) + ".git");
   const has = async () => (await simpleGit({ baseDir: dir }).raw(["cat-file", "-t", `${base}^{commit}`]).catch(() => "")).trim() === "commit";
   if (!existsSync(dir)) {
     const tmp = `${dir}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
+    say(`cloning ${url} into ${root} (first use of this repository; a large one takes minutes)`);
     try {
       await simpleGit({ config: GIT_ENV_CONFIG }).clone(url, tmp, ["--mirror"]);
     } catch (e) {
@@ -73,6 +74,7 @@ async function mirrorWith(url: string, base: string): Promise<string> {
   // Sessions fetch base from here by commit id (see gitSnapshot); the mirror is ours alone.
   await simpleGit({ baseDir: dir }).raw(["config", "uploadpack.allowAnySHA1InWant", "true"]);
   if (!(await has())) {
+    say(`fetching ${url}: base ${base} is not in the cached mirror yet`);
     try {
       await simpleGit({ baseDir: dir, config: GIT_ENV_CONFIG }).fetch(["--prune", "origin", "+refs/*:refs/*"]);
     } catch (e) {
@@ -89,8 +91,8 @@ async function mirrorWith(url: string, base: string): Promise<string> {
  * remote, no branch or tag of the upstream repository, no object only later commits reach. A plain
  * clone would carry the merged PR (the golden patch) in its history, where `git log --all` finds it.
  */
-async function gitSnapshot(source: GitSource, dest: string): Promise<void> {
-  const mirror = await mirrorWith(source.url, source.base);
+async function gitSnapshot(source: GitSource, dest: string, onProgress?: (msg: string) => void): Promise<void> {
+  const mirror = await mirrorWith(source.url, source.base, onProgress ?? (() => undefined));
   const g = git(dest);
   await g.init();
   // Only base and its ancestors come over: a local fetch by commit id from our mirror.

@@ -101,7 +101,10 @@ describe("git sources", () => {
   it("clones once into the cache, fetches again only for a base it lacks, and names a base that does not exist", async () => {
     const task = loadPublicTask("gitty", join(root, "tasks"));
     // Two sessions starting together on an empty cache: one mirror, two good workspaces.
-    const both = await Promise.all([createSnapshot(task, join(root, "ws1")), createSnapshot(task, join(root, "ws1b"))]);
+    const said: string[] = [];
+    const onProgress = (m: string) => said.push(m);
+    const both = await Promise.all([createSnapshot(task, join(root, "ws1"), { onProgress }), createSnapshot(task, join(root, "ws1b"))]);
+    expect(said).toEqual([expect.stringMatching(/^cloning .*upstream into .*git-cache \(first use/)]);
     expect(both.map((b) => b.baseCommit)).toEqual([base, base]);
     const mirrors = readdirSync(cache);
     expect(mirrors).toHaveLength(1);
@@ -110,12 +113,14 @@ describe("git sources", () => {
     run(upstream, "add", "-A");
     run(upstream, "commit", "-qm", "after the cache");
     const newer = run(upstream, "rev-parse", "HEAD");
-    await createSnapshot(task, join(root, "ws2"));
+    await createSnapshot(task, join(root, "ws2"), { onProgress });
+    expect(said).toHaveLength(1); // no clone, no fetch: base was in the mirror
     expect(readdirSync(cache)).toEqual(mirrors);
     expect(() => run(join(cache, mirrors[0]!), "cat-file", "-e", newer)).toThrow();
     // A task on the newer base makes the mirror fetch.
     const moved = { ...task, source: { kind: "git" as const, url: upstream, base: newer } };
-    const s3 = await createSnapshot(moved, join(root, "ws3"));
+    const s3 = await createSnapshot(moved, join(root, "ws3"), { onProgress });
+    expect(said.at(-1)).toMatch(new RegExp(`^fetching .*: base ${newer} is not in the cached mirror yet$`));
     expect(s3.baseCommit).toBe(newer);
     expect(existsSync(join(root, "ws3", "pkg", "b.py"))).toBe(true);
     const missing = { ...task, source: { kind: "git" as const, url: upstream, base: "0123456789abcdef0123456789abcdef01234567" } };
