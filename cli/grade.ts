@@ -77,6 +77,7 @@ function yesNo(b: boolean | null): string {
 export interface RevertSummary {
   reverted_test_edits?: string[];
   reverted_test_config?: Array<{ path: string; action: string }>;
+  tamper_findings?: Array<{ file: string; line: number; what: string; text: string }>;
 }
 
 export function formatResult(r: GradeResult, resultPath: string, reverts: RevertSummary = {}): string {
@@ -94,6 +95,12 @@ export function formatResult(r: GradeResult, resultPath: string, reverts: Revert
       `undone before testing: ${edits.length} edit(s) under the test dirs, ${config.length} pytest-affecting file(s)` +
         (config.length ? ` (${config.map((c) => `${c.action} ${c.path}`).join(", ")})` : ""),
     );
+  }
+  const tamper = reverts.tamper_findings ?? [];
+  if (tamper.length) {
+    lines.push(`flagged for review (not scored): ${tamper.length} added line(s) reach for the grading harness`);
+    for (const t of tamper.slice(0, 10)) lines.push(`  ${t.file}:${t.line}  ${t.what}: ${t.text}`);
+    if (tamper.length > 10) lines.push(`  … ${tamper.length - 10} more in meta.json`);
   }
   const failing = r.cases.filter((c) => c.label);
   if (failing.length) {

@@ -8,6 +8,7 @@ import { runSubmission, type SandboxFactory } from "./pipeline.js";
 import { goldView, scoreSubmission, type SubmissionOutcome } from "./score.js";
 import type { ConfigRevert, PytestPin } from "./test-config.js";
 import type { Calibration, GradeResult, HardwareFingerprint } from "./types.js";
+import { scanPatchForTampering, type TamperFinding } from "./tamper-scan.js";
 
 /**
  * `grade`: one submission of one task, end to end. Artifacts, under constant names:
@@ -62,6 +63,8 @@ export interface GradeMeta {
   reverted_test_edits: string[];
   /** Pytest-affecting files outside the test dirs the submission touched: restored to base or removed. */
   reverted_test_config: ConfigRevert[];
+  /** Added lines that reach for the grading harness (grader/tamper-scan.ts): for a reviewer, not scored. */
+  tamper_findings: TamperFinding[];
   /** The arguments that pinned the sessions to the base's pytest config (null when nothing ran). */
   pytest_pin: PytestPin | null;
   reused_sessions: string[];
@@ -169,6 +172,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
     flaky_gold_cases: calibration.flaky,
     reverted_test_edits: reverted,
     reverted_test_config: revertedConfig,
+    tamper_findings: bytes !== null && !isEmptyPatch(bytes) ? scanPatchForTampering(Buffer.from(bytes).toString("utf8")) : [],
     pytest_pin: pin,
     reused_sessions: reusedSessions,
     ...(harnessError ? { harness_error: harnessError } : {}),

@@ -227,6 +227,11 @@ describe("grading hostile and legitimate patches on real ranks", () => {
     expect(out.result).toMatchObject({ status: "graded", official: { resolved: true }, with_probes: { resolved: false } });
     expect(probe(out.result, "test_mean_is_the_average")).toMatchObject({ outcome: "failed", label: "numerical" });
     expect(reverted(meta(out.artifactDir))).toEqual(["delete conftest.py", "delete tinyinfra/conftest.py"]);
+    // Flagged for a reviewer too: the hook names pytest's internals (line 5 of each conftest).
+    expect(meta(out.artifactDir).tamper_findings.map((f) => `${f.file}:${f.line} ${f.what}`)).toEqual([
+      "conftest.py:5 pytest's internals or hooks",
+      "tinyinfra/conftest.py:5 pytest's internals or hooks",
+    ]);
   }, 60_000);
 
   it("a pytest.ini whose addopts deselect the probe that catches the patch is removed", async () => {
@@ -261,6 +266,7 @@ describe("grading hostile and legitimate patches on real ranks", () => {
       "delete infradev_probes/test_extra.py",
       "delete infradev_probes/test_probe_mean.py",
     ]);
+    expect(meta(out.artifactDir).tamper_findings.map((f) => f.file)).toEqual([".infradev/grade/cpu.all/rank0.results.jsonl"]);
     expect(seen!.pyproject).toContain('version = "0.2.0"');
     expect(seen!.pyproject).toContain("[tool.black]");
     expect(seen!.probes).toEqual(readdirSync(task.hidden.probesDir).sort());

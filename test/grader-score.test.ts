@@ -198,5 +198,8 @@ describe("grade's text summary", () => {
     expect(text).toContain("undone before testing: 1 edit(s) under the test dirs, 1 pytest-affecting file(s) (delete conftest.py)");
     expect(text).toMatch(/numerical\s+failed\s+infradev_probes\/test_p.py::test_avg/);
     expect(formatResult(result, "/r/result.json")).not.toContain("undone before testing");
+    const flagged = formatResult(result, "/r/result.json", { tamper_findings: [{ file: "pkg/a.py", line: 3, what: "infradev's environment", text: "os.environ['INFRADEV_OUT_DIR']" }] });
+    expect(flagged).toContain("flagged for review (not scored): 1 added line(s) reach for the grading harness\n  pkg/a.py:3  infradev's environment: os.environ['INFRADEV_OUT_DIR']");
+    expect(formatResult(result, "/r/result.json")).not.toContain("flagged for review");
   });
 });
