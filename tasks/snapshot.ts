@@ -61,6 +61,9 @@ async function mirrorWith(url: string, base: string, say: (msg: string) => void)
     say(`cloning ${url} into ${root} (first use of this repository; a large one takes minutes)`);
     try {
       await simpleGit({ config: GIT_ENV_CONFIG }).clone(url, tmp, ["--mirror"]);
+      // Sessions fetch base from the mirror by commit id (see gitSnapshot); the mirror is ours alone.
+      // Set once here, on the private clone: a `git config` per session would also race on its lock.
+      await simpleGit({ baseDir: tmp }).raw(["config", "uploadpack.allowAnySHA1InWant", "true"]);
     } catch (e) {
       rmSync(tmp, { recursive: true, force: true });
       throw new Error(`git source ${url}: clone failed: ${e instanceof Error ? e.message.trim() : String(e)}`);
@@ -71,8 +74,6 @@ async function mirrorWith(url: string, base: string, say: (msg: string) => void)
       rmSync(tmp, { recursive: true, force: true }); // another session's clone won the race
     }
   }
-  // Sessions fetch base from here by commit id (see gitSnapshot); the mirror is ours alone.
-  await simpleGit({ baseDir: dir }).raw(["config", "uploadpack.allowAnySHA1InWant", "true"]);
   if (!(await has())) {
     say(`fetching ${url}: base ${base} is not in the cached mirror yet`);
     try {
