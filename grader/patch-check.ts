@@ -83,6 +83,80 @@ function looksBinary(bytes: Uint8Array): boolean {
   }
 }
 
+/** What is left of the hunk being read, in old and new lines; both 0 outside a hunk. */
+interface HunkLeft {
+  old: number;
+  new: number;
+}
+
+/** Inside a hunk, what `line` is, counted off `left`; null outside one (a line that ends it resets `left`). */
+function hunkLine(left: HunkLeft, line: string): "context" | "removed" | "added" | "note" | null {
+  if (left.old <= 0 && left.new <= 0) return null;
+  const c = line[0];
+  if (c === " " || line === "") {
+    left.old--;
+    left.new--;
+    return "context";
+  }
+  if (c === "-") {
+    left.old--;
+    return "removed";
+  }
+  if (c === "+") {
+    left.new--;
+    return "added";
+  }
+  if (c === "\\") return "note";
+  left.old = 0;
+  left.new = 0;
+  return null;
+}
+
+/** The hunk an `@@ -a,b +c,d @@` line opens: its line counts and the first new line number. */
+function hunkHeader(line: string): { left: HunkLeft; newStart: number } | null {
+  const m = /^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@/.exec(line);
+  if (!m) return null;
+  return { left: { old: m[1] === undefined ? 1 : Number(m[1]), new: m[3] === undefined ? 1 : Number(m[3]) }, newStart: Number(m[2]) };
+}
+
+/** One line a patch adds: its file (the `+++` path without `b/`), its number in the new file, its text. */
+export interface AddedLine {
+  file: string;
+  line: number;
+  text: string;
+}
+
+/**
+ * The lines a unified diff adds, read with checkPatch's rules: hunk lengths decide what is inside a
+ * hunk (there `+++ x` is an added line, not a header), `+++` names are unquoted and cut at a tab,
+ * files deleted (`+++ /dev/null`) add nothing.
+ */
+export function addedLines(text: string): AddedLine[] {
+  const out: AddedLine[] = [];
+  let file: string | null = null;
+  const left: HunkLeft = { old: 0, new: 0 };
+  let newLine = 0;
+  for (const raw of text.split("\n")) {
+    const line = raw.replace(/\r$/, "");
+    const kind = hunkLine(left, line);
+    if (kind === "added" && file !== null) out.push({ file, line: newLine, text: line.slice(1) });
+    if (kind === "added" || kind === "context") newLine++;
+    if (kind !== null) continue;
+    const hunk = hunkHeader(line);
+    if (hunk) {
+      Object.assign(left, hunk.left);
+      newLine = hunk.newStart;
+      continue;
+    }
+    const m = /^\+\+\+ (.*)$/.exec(line);
+    if (m) {
+      const p = headerPath(m[1]!);
+      file = p === DEV_NULL ? null : (stripPrefix(p) ?? p);
+    }
+  }
+  return out;
+}
+
 export function checkPatch(bytes: Uint8Array): PatchCheck {
   if (looksBinary(bytes)) return { ok: false, reason: "patch file is binary (NUL bytes or not UTF-8), not a text diff" };
   const text = Buffer.from(bytes).toString("utf8");
@@ -91,31 +165,14 @@ export function checkPatch(bytes: Uint8Array): PatchCheck {
   const fail = (lineNo: number, why: string): PatchCheck => ({ ok: false, reason: `line ${lineNo}: ${why}` });
   const lines = text.split("\n");
   // Whether we are inside a hunk (where "--- x" is a removed line, not a header).
-  let hunkLeft = { old: 0, new: 0 };
+  const hunkLeft: HunkLeft = { old: 0, new: 0 };
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!.replace(/\r$/, "");
     const n = i + 1;
-    if (hunkLeft.old > 0 || hunkLeft.new > 0) {
-      const c = line[0];
-      if (c === " " || line === "") {
-        hunkLeft.old--;
-        hunkLeft.new--;
-        continue;
-      }
-      if (c === "-") {
-        hunkLeft.old--;
-        continue;
-      }
-      if (c === "+") {
-        hunkLeft.new--;
-        continue;
-      }
-      if (c === "\\") continue;
-      hunkLeft = { old: 0, new: 0 };
-    }
-    const hunk = /^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@/.exec(line);
+    if (hunkLine(hunkLeft, line) !== null) continue;
+    const hunk = hunkHeader(line);
     if (hunk) {
-      hunkLeft = { old: hunk[1] === undefined ? 1 : Number(hunk[1]), new: hunk[2] === undefined ? 1 : Number(hunk[2]) };
+      Object.assign(hunkLeft, hunk.left);
       continue;
     }
     const named: string[] = [];

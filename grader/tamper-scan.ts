@@ -7,6 +7,8 @@
  * meta.json and printed by `grade` — never a change to the score.
  */
 
+import { addedLines } from "./patch-check.js";
+
 export interface TamperFinding {
   /** Path in the patched tree. */
   file: string;
@@ -31,33 +33,11 @@ const MAX_TEXT = 160;
 /** Findings over the added lines of a unified diff (pure). */
 export function scanPatchForTampering(patch: string): TamperFinding[] {
   const findings: TamperFinding[] = [];
-  let file: string | null = null;
-  let newLine = 0;
-  for (const raw of patch.split("\n")) {
-    if (raw.startsWith("+++ ")) {
-      const path = raw.slice(4).trim();
-      file = path === "/dev/null" ? null : path.replace(/^b\//, "");
-      continue;
-    }
-    const hunk = /^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@/.exec(raw);
-    if (hunk) {
-      newLine = Number(hunk[1]);
-      continue;
-    }
-    if (file === null) continue;
-    if (raw.startsWith("+")) {
-      const text = raw.slice(1);
-      for (const check of CHECKS) {
-        if (check.re.test(text)) {
-          const t = text.trim();
-          findings.push({ file, line: newLine, what: check.what, text: t.length > MAX_TEXT ? `${t.slice(0, MAX_TEXT - 1)}…` : t });
-          break;
-        }
-      }
-      newLine++;
-    } else if (raw.startsWith(" ")) {
-      newLine++;
-    }
+  for (const added of addedLines(patch)) {
+    const check = CHECKS.find((c) => c.re.test(added.text));
+    if (!check) continue;
+    const t = added.text.trim();
+    findings.push({ file: added.file, line: added.line, what: check.what, text: t.length > MAX_TEXT ? `${t.slice(0, MAX_TEXT - 1)}…` : t });
   }
   return findings;
 }

@@ -13,7 +13,7 @@ describe("scanPatchForTampering", () => {
       "diff --git a/pkg/dp.py b/pkg/dp.py",
       "--- a/pkg/dp.py",
       "+++ b/pkg/dp.py",
-      "@@ -10,3 +10,9 @@ class DP:",
+      "@@ -10,3 +10,8 @@ class DP:",
       "     def sync(self):",
       "-        pass",
       "+        dist.all_reduce(self.flat)",
@@ -45,6 +45,27 @@ describe("scanPatchForTampering", () => {
       "pkg/dp.py:16 the launcher's result files",
       "pkg/hooks.py:1 pytest's internals or hooks",
       "pkg/hooks.py:2 pytest's internals or hooks",
+    ]);
+  });
+
+  it("reads the patch as checkPatch does: '+++' inside a hunk is an added line, names are unquoted and cut at a tab, CRLF is fine", () => {
+    const patch = [
+      "--- notes.md\t2026-11-29 10:00:00",
+      "+++ notes.md\t2026-11-29 10:00:01",
+      "@@ -1,1 +1,3 @@",
+      " # notes",
+      "+++ INFRADEV_OUT_DIR is where results go",
+      "+plain text",
+      'diff --git "a/pkg/sp ace.py" "b/pkg/sp ace.py"',
+      '--- "a/pkg/sp ace.py"',
+      '+++ "b/pkg/sp ace.py"',
+      "@@ -1,0 +2,1 @@\r",
+      "+import infradev_probe\r",
+      "",
+    ].join("\n");
+    expect(scanPatchForTampering(patch).map((f) => `${f.file}:${f.line} ${f.what} | ${f.text}`)).toEqual([
+      "notes.md:2 infradev's environment | ++ INFRADEV_OUT_DIR is where results go",
+      "pkg/sp ace.py:2 the probe library or the harness's helpers | import infradev_probe",
     ]);
   });
 
