@@ -1,0 +1,54 @@
+/**
+ * The built `infradev` CLI on bad input: one line naming what is wrong, exit 2, no stack trace; a
+ * failure that is not bad input says its message and shows the stack only with INFRADEV_DEBUG=1.
+ */
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ensureBuilt } from "./helpers/backends.js";
+
+let cli: string;
+const tmp = mkdtempSync(join(tmpdir(), "infradev-cli-errors-"));
+beforeAll(() => {
+  cli = ensureBuilt();
+}, 300_000);
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+const run = (args: string[], env: Record<string, string> = {}) =>
+  spawnSync(process.execPath, [cli, ...args], { encoding: "utf8", timeout: 60_000, env: { ...process.env, ...env }, cwd: tmp });
+
+describe("infradev CLI errors", () => {
+  it("bad input: one line that names the problem, exit 2, no stack", () => {
+    const cases: Array<[string[], string]> = [
+      [["connect", "foo", "--task", "grad-bucketing"], 'infradev: connect: harness must be codex or opencode (got "foo")'],
+      [["connect", "codex", "--task", "grad-bucketing", "--opencode-v1"], "infradev: connect: --opencode-v1 applies to opencode only"],
+      [["connect", "opencode", "--task", "grad-bucketing", "--http", "--port", "99999"], 'infradev: connect: --port must be a fixed port from 1 to 65535 (got "99999"); the config names it'],
+      [["demo", "--task", "nope", "--out", join(tmp, "demo")], 'infradev: demo: unknown task "nope" in'],
+      [["tasks", "show", "nope"], 'infradev: task: unknown task "nope"'],
+    ];
+    for (const [args, message] of cases) {
+      const r = run(args);
+      expect(r.status, args.join(" ")).toBe(2);
+      expect(r.stderr.startsWith(message), `${args.join(" ")}: ${r.stderr}`).toBe(true);
+      expect(r.stderr.trim().split("\n"), args.join(" ")).toHaveLength(1);
+      expect(r.stderr).not.toMatch(/^\s+at /m);
+      expect(r.stdout).toBe("");
+    }
+  });
+
+  it("another failure: its message and a hint, exit 1; the stack with INFRADEV_DEBUG=1", () => {
+    // The calibration cache would lie below a file: creating it fails before anything runs.
+    const blocker = join(tmp, "not-a-dir");
+    writeFileSync(blocker, "x");
+    const args = ["calibrate", "--task", "grad-bucketing", "--calibration-dir", join(blocker, "cal"), "--sandbox", "none"];
+    const plain = run(args);
+    expect(plain.status).toBe(1);
+    expect(plain.stderr).toMatch(/^infradev: .*not-a-dir.*\n {2}\(INFRADEV_DEBUG=1 shows where it failed\)\n$/m);
+    expect(plain.stderr).not.toMatch(/^\s+at /m);
+    const debug = run(args, { INFRADEV_DEBUG: "1" });
+    expect(debug.status).toBe(1);
+    expect(debug.stderr).toMatch(/^\s+at /m);
+  });
+});
