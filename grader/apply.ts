@@ -1,7 +1,7 @@
 import { lstatSync, readFileSync, realpathSync } from "node:fs";
 import { isAbsolute, join, relative } from "node:path";
 import { execa } from "execa";
-import { checkPatch } from "./patch-check.js";
+import { checkPatch, patchSections, type PatchSection } from "./patch-check.js";
 import type { ApplyMethod } from "./types.js";
 
 /**
@@ -96,6 +96,50 @@ function postCheck(repoDir: string, paths: string[]): string | null {
   return null;
 }
 
+async function blobOf(repoDir: string, path: string): Promise<string | null> {
+  try {
+    if (!lstatSync(join(repoDir, path)).isFile()) return null;
+  } catch {
+    return null;
+  }
+  const r = await execa("git", ["hash-object", "--no-filters", "--", path], { cwd: repoDir, reject: false });
+  return r.exitCode === 0 ? r.stdout.trim() : null;
+}
+
+async function baseBlob(repoDir: string, baseCommit: string, path: string): Promise<string | null> {
+  const r = await execa("git", ["rev-parse", "--verify", "--quiet", `${baseCommit}:${path}`], { cwd: repoDir, reject: false });
+  return r.exitCode === 0 ? r.stdout.trim() : null;
+}
+
+/**
+ * Applied whole, or not at all: `git apply --3way` was seen applying the text part of a patch and
+ * skipping a corrupt binary section with exit 0. Every `diff --git` section must show in the tree: a
+ * deleted file is gone, a binary file has exactly the blob its `index` line names, a created file
+ * exists, and a file with hunks differs from base.
+ */
+async function wholeCheck(repoDir: string, baseCommit: string, sections: readonly PatchSection[]): Promise<string | null> {
+  for (const s of sections) {
+    if (!s.path) continue;
+    const now = await blobOf(repoDir, s.path);
+    if (s.deleted) {
+      if (now !== null) return `the patch deletes "${s.path}" but it is still there after applying: applied in part`;
+      continue;
+    }
+    if (s.binary) {
+      const zero = s.newBlob !== null && /^0+$/.test(s.newBlob);
+      if (zero ? now !== null : s.newBlob === null || now === null || !now.startsWith(s.newBlob)) {
+        return `the binary section for "${s.path}" did not apply (corrupt or incomplete: expected blob ${s.newBlob ?? "unknown"}, got ${now ?? "no file"})`;
+      }
+      continue;
+    }
+    if (s.created && now === null) return `the patch creates "${s.path}" but no such file exists after applying: applied in part`;
+    if (s.hunks > 0 && now !== null && now === (await baseBlob(repoDir, baseCommit, s.path))) {
+      return `"${s.path}" is unchanged after applying although the patch has ${s.hunks} hunk(s) for it: applied in part`;
+    }
+  }
+  return null;
+}
+
 export async function applyPatch(repoDir: string, patchFile: string, baseCommit: string): Promise<ApplyResult> {
   const check = checkPatch(readFileSync(patchFile));
   if (!check.ok) return { applied: false, reason: `inapplicable: ${check.reason}`, log: `pre-check: ${check.reason}\n` };
@@ -103,6 +147,7 @@ export async function applyPatch(repoDir: string, patchFile: string, baseCommit:
     const link = symlinkOnPath(repoDir, p);
     if (link) return { applied: false, reason: `inapplicable: "${p}" would be written through the symlink "${link}" in the repo`, log: "" };
   }
+  const sections = patchSections(readFileSync(patchFile, "utf8"));
   let log = "";
   let lastError = "";
   let dirty = false; // the workspace arrives fresh at base: only later attempts need a reset
@@ -121,7 +166,7 @@ export async function applyPatch(repoDir: string, patchFile: string, baseCommit:
     }
     if (!ok) continue;
     const changed = await changedPaths(repoDir);
-    const why = postCheck(repoDir, changed);
+    const why = postCheck(repoDir, changed) ?? (await wholeCheck(repoDir, baseCommit, sections));
     if (why) {
       await resetToBase(repoDir, baseCommit);
       return { applied: false, reason: `inapplicable: ${why}`, log };

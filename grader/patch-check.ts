@@ -157,7 +157,26 @@ export function addedLines(text: string): AddedLine[] {
   return out;
 }
 
-export function checkPatch(bytes: Uint8Array): PatchCheck {
+/** Default cap on a submission's size: a real PR's diff is kilobytes to a few megabytes. */
+export const DEFAULT_MAX_PATCH_BYTES = 16 * 1024 * 1024;
+
+/** The patch size cap in force: INFRADEV_MAX_PATCH_BYTES when set to a positive integer, else the default. */
+export function maxPatchBytes(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.INFRADEV_MAX_PATCH_BYTES;
+  if (raw === undefined || raw === "") return DEFAULT_MAX_PATCH_BYTES;
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`INFRADEV_MAX_PATCH_BYTES: expected a positive integer number of bytes, got ${JSON.stringify(raw)}`);
+  return n;
+}
+
+export interface CheckPatchOptions {
+  /** Larger patches are refused whole (default: maxPatchBytes()). */
+  maxBytes?: number;
+}
+
+export function checkPatch(bytes: Uint8Array, opts: CheckPatchOptions = {}): PatchCheck {
+  const cap = opts.maxBytes ?? maxPatchBytes();
+  if (bytes.length > cap) return { ok: false, reason: `patch is ${bytes.length} bytes, over the limit of ${cap} bytes (INFRADEV_MAX_PATCH_BYTES / --max-patch-bytes)` };
   if (looksBinary(bytes)) return { ok: false, reason: "patch file is binary (NUL bytes or not UTF-8), not a text diff" };
   const text = Buffer.from(bytes).toString("utf8");
   const paths = new Set<string>();
@@ -219,4 +238,58 @@ export function checkPatch(bytes: Uint8Array): PatchCheck {
   }
   if (headers === 0) return { ok: false, reason: "not a patch: no file headers (`diff --git` or `---`/`+++`) found" };
   return { ok: true, paths: [...paths].sort() };
+}
+
+/** What one `diff --git` section of a patch promises about its file, for the check after applying. */
+export interface PatchSection {
+  /** The path after the change (`b/` side), or the old path when the file is deleted. */
+  path: string;
+  created: boolean;
+  deleted: boolean;
+  /** A `GIT binary patch` section. */
+  binary: boolean;
+  /** The post-image blob id of the `index` line (full for binary sections, usually abbreviated for text). */
+  newBlob: string | null;
+  /** Number of text hunks. */
+  hunks: number;
+}
+
+/**
+ * The `diff --git` sections of a patch (sections of a plain unified diff without `diff --git` are
+ * not listed: they carry no blob ids and `patch` reports their failures itself).
+ */
+export function patchSections(text: string): PatchSection[] {
+  const out: PatchSection[] = [];
+  let cur: PatchSection | null = null;
+  const left: HunkLeft = { old: 0, new: 0 };
+  for (const raw of text.split("\n")) {
+    const line = raw.replace(/\r$/, "");
+    if (hunkLine(left, line) !== null) continue;
+    const hunk = hunkHeader(line);
+    if (hunk) {
+      Object.assign(left, hunk.left);
+      if (cur) cur.hunks++;
+      continue;
+    }
+    let m: RegExpExecArray | null;
+    if ((m = /^diff --git (.*)$/.exec(line))) {
+      const two = diffGitPaths(m[1]!);
+      cur = { path: two ? (stripPrefix(two[1]!) ?? two[1]!) : "", created: false, deleted: false, binary: false, newBlob: null, hunks: 0 };
+      out.push(cur);
+      continue;
+    }
+    if (!cur) continue;
+    if ((m = /^\+\+\+ (.*)$/.exec(line))) {
+      const p = headerPath(m[1]!);
+      if (p !== DEV_NULL) cur.path = stripPrefix(p) ?? p;
+    } else if ((m = /^--- (.*)$/.exec(line)) && !cur.path) {
+      const p = headerPath(m[1]!);
+      if (p !== DEV_NULL) cur.path = stripPrefix(p) ?? p;
+    } else if ((m = /^rename to (.*)$/.exec(line))) cur.path = unquoteGitPath(m[1]!);
+    else if (/^new file mode /.test(line)) cur.created = true;
+    else if (/^deleted file mode /.test(line)) cur.deleted = true;
+    else if ((m = /^index ([0-9a-f]+)\.\.([0-9a-f]+)/.exec(line))) cur.newBlob = m[2]!;
+    else if (line === "GIT binary patch") cur.binary = true;
+  }
+  return out;
 }

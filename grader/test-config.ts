@@ -1,4 +1,5 @@
 import { iniSections, iniValue, shlexQuote, shlexSplit } from "./pytest-config.js";
+import { STDLIB_MODULES } from "./stdlib-modules.js";
 import { decodeTomlStrings, tomlEntries, type TomlEntry } from "./toml-scan.js";
 
 /**
@@ -39,10 +40,28 @@ const SECTIONED: Record<string, { format: "ini" | "toml"; sections: string[] }> 
 const WHOLE_CONFIG = new Set(["pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml"]);
 
 /**
- * Top-level module names that would shadow the runner: `python -m pytest` puts the repo root first
- * on sys.path, ahead of site-packages and of the launcher's own folder.
+ * Top-level module names that would shadow the runner or what it measures with: a folder on sys.path
+ * ahead of site-packages (the repo root under pytest's rootdir insertion, a PYTHONPATH entry of the
+ * task) wins over the installed package.
  */
-const RUNNER_MODULES = ["pytest", "_pytest", "pluggy", "iniconfig", "py", "infradev_probe", "infradev_outputs", "infradev_launcher", "infradev_launch", "infradev_rank_entry"];
+const RUNNER_MODULES = [
+  "pytest", "_pytest", "pluggy", "iniconfig", "py", "packaging", "exceptiongroup", "tomli", "torch", "numpy",
+  "infradev_probe", "infradev_outputs", "infradev_launcher", "infradev_launch", "infradev_rank_entry", "infradev_rank_boot", "infradev_grading",
+];
+
+/** Extensions of a module file Python imports by name (name.py, name.cpython-311-x86_64-linux-gnu.so, ...). */
+const MODULE_FILE = /^([A-Za-z_][A-Za-z0-9_]*)(\.[^/]*)?\.(py|pyc|pyd|so)$/;
+
+/**
+ * The module a path at the top of a sys.path folder would make importable, or null: `json.py`,
+ * `json.cpython-311-x86_64-linux-gnu.so`, a package's `json/__init__.py`. A folder without
+ * `__init__.py` is a namespace package, which never wins over a real module: not counted.
+ */
+function topLevelModule(rel: readonly string[]): string | null {
+  if (rel.length === 1) return MODULE_FILE.exec(rel[0]!)?.[1] ?? null;
+  if (rel.length === 2 && /^__init__\.(py|pyc|pyd|so)$|^__init__\.[^/]*\.so$/.test(rel[1]!)) return /^[A-Za-z_][A-Za-z0-9_]*$/.test(rel[0]!) ? rel[0]! : null;
+  return null;
+}
 
 export type PytestConcern = { kind: "whole"; reason: string } | { kind: "section"; file: string };
 
@@ -50,8 +69,12 @@ function isUnder(path: string, dir: string): boolean {
   return path === dir || path.startsWith(`${dir}/`);
 }
 
-/** Why a changed path can change how pytest judges the tests (null: it cannot, or the test-dir step owns it). */
-export function pytestConcern(path: string, testDirs: readonly string[]): PytestConcern | null {
+/**
+ * Why a changed path can change how pytest judges the tests (null: it cannot, or the test-dir step
+ * owns it). `pathDirs`: repo folders the sessions put on sys.path besides the root (the task's
+ * PYTHONPATH entries, repo-relative).
+ */
+export function pytestConcern(path: string, testDirs: readonly string[], pathDirs: readonly string[] = []): PytestConcern | null {
   const dirs = testDirs.map((d) => d.replace(/\/+$/, ""));
   if (dirs.some((d) => isUnder(path, d))) return null;
   if (isUnder(path, PROBES_DIR)) return { kind: "whole", reason: `${PROBES_DIR}/ is where the hidden probes go` };
@@ -63,9 +86,22 @@ export function pytestConcern(path: string, testDirs: readonly string[]): Pytest
   if (parts.some((p) => /^(site|user)customize(\.|$)/.test(p))) return { kind: "whole", reason: "sitecustomize / usercustomize: imported at interpreter start-up" };
   if (name.endsWith(".pth")) return { kind: "whole", reason: ".pth: executed at interpreter start-up from a site dir" };
   if (name.endsWith(".pyc")) return { kind: "whole", reason: ".pyc: an unchecked hash-based .pyc is imported instead of its source" };
+  // Packaging metadata registers entry points (a pytest11 plugin loads into every session) and
+  // import hooks; a submission has no business shipping it.
+  const meta = parts.find((p) => /\.(dist-info|egg-info)$/.test(p));
+  if (meta) return { kind: "whole", reason: `${meta}: packaging metadata (entry points can load a pytest plugin into every session)` };
+  if (name === "entry_points.txt" || name.endsWith(".egg-link")) return { kind: "whole", reason: `${name}: packaging metadata (entry points, development install links)` };
   const top = parts[0]!;
   const shadowed = RUNNER_MODULES.find((m) => top === m || (top.startsWith(`${m}.`) && /\.(py|pyc|pyd|so)$/.test(top)));
-  if (shadowed) return { kind: "whole", reason: `shadows the test runner's module "${shadowed}" (the repo root is first on sys.path)` };
+  if (shadowed) return { kind: "whole", reason: `shadows the test runner's module "${shadowed}" (the repo root is on sys.path)` };
+  for (const root of ["", ...pathDirs.map((d) => d.replace(/^\.\/|\/+$/g, "")).filter((d) => d && d !== ".")]) {
+    if (root && !isUnder(path, root)) continue;
+    const rel = root ? parts.slice(root.split("/").length) : parts;
+    const mod = topLevelModule(rel);
+    if (mod && (STDLIB_MODULES.has(mod) || RUNNER_MODULES.includes(mod))) {
+      return { kind: "whole", reason: `shadows the standard-library or harness module "${mod}" (${root ? `${root}/ is` : "the repo root is"} on sys.path)` };
+    }
+  }
   if (SECTIONED[name]) return { kind: "section", file: name };
   return null;
 }
@@ -110,10 +146,10 @@ function samePytestPart(file: string, base: string | null, after: string | null)
 }
 
 /** The plan: what to restore or delete, in path order. Pure. */
-export function planConfigReverts(files: readonly ChangedFile[], testDirs: readonly string[]): ConfigRevert[] {
+export function planConfigReverts(files: readonly ChangedFile[], testDirs: readonly string[], pathDirs: readonly string[] = []): ConfigRevert[] {
   const out: ConfigRevert[] = [];
   for (const f of [...files].sort((x, y) => (x.path < y.path ? -1 : x.path > y.path ? 1 : 0))) {
-    const concern = pytestConcern(f.path, testDirs);
+    const concern = pytestConcern(f.path, testDirs, pathDirs);
     if (!concern) continue;
     let reason: string;
     if (concern.kind === "whole") reason = concern.reason;

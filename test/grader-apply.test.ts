@@ -127,6 +127,45 @@ describe("applyPatch (real git, real patch)", () => {
     expect(await changedPaths(w.repoDir)).toEqual([]);
   });
 
+  it("a corrupt binary section makes the whole patch inapplicable (git apply --3way would apply the text part alone)", async () => {
+    const w = await fresh();
+    // A real binary diff made by git, then one byte of its base85 data changed.
+    const scratchRepo = join(scratch, "bin-src");
+    rmSync(scratchRepo, { recursive: true, force: true });
+    mkdirSync(scratchRepo);
+    const git = (...args: string[]) => execFileSync("git", ["-c", "user.email=t@t", "-c", "user.name=t", ...args], { cwd: scratchRepo }).toString();
+    git("init", "-q");
+    writeFileSync(join(scratchRepo, "blob.bin"), Buffer.from([0, 1, 2, 3, 250, 251]));
+    git("add", ".");
+    git("commit", "-qm", "base");
+    writeFileSync(join(scratchRepo, "blob.bin"), Buffer.from([0, 1, 2, 9, 250, 252, 7]));
+    const binary = git("diff", "--binary").replace(/diff --git a\/blob\.bin b\/blob\.bin\nindex [0-9a-f]+\.\.([0-9a-f]+) 100644/, "diff --git a/tinyinfra/blob.bin b/tinyinfra/blob.bin\nnew file mode 100644\nindex 0000000000000000000000000000000000000000..$1");
+    const lines = binary.split("\n");
+    const lit = lines.findIndex((l) => l.startsWith("literal "));
+    expect(lit).toBeGreaterThan(0);
+    lines[lit + 1] = `${lines[lit + 1]!.slice(0, 2)}${lines[lit + 1]![2] === "A" ? "B" : "A"}${lines[lit + 1]!.slice(3)}`;
+    const golden = readFileSync(task.hidden.goldenPatch, "utf8");
+    const corrupt = `${golden}${lines.slice(0, lit + 2).join("\n")}\n\n`;
+    const r = await applyPatch(w.repoDir, patchFile("corrupt-binary.patch", corrupt), w.baseCommit);
+    expect(r.applied, r.applied ? "applied" : r.reason).toBe(false);
+    if (!r.applied) expect(r.reason).toMatch(/binary section for "tinyinfra\/blob\.bin" did not apply|does not apply to the base/);
+    expect(await changedPaths(w.repoDir)).toEqual([]);
+    // The same binary section intact applies, with the text part.
+    const w2 = await fresh();
+    const intact = `${golden}${binary.split("\n").slice(0, lit + 2).join("\n")}\n\n`;
+    const ok = await applyPatch(w2.repoDir, patchFile("intact-binary.patch", intact), w2.baseCommit);
+    expect(ok, ok.applied ? "" : ok.reason).toMatchObject({ applied: true });
+    expect([...readFileSync(join(w2.repoDir, "tinyinfra/blob.bin"))]).toEqual([0, 1, 2, 9, 250, 252, 7]);
+  });
+
+  it("a patch over the size limit is refused whole before anything is applied", () => {
+    const big = `${newFile("big.txt", "x".repeat(2000))}\n`;
+    const r = checkPatch(Buffer.from(big), { maxBytes: 1000 });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.reason).toMatch(/over the limit of 1000 bytes/);
+    expect(checkPatch(Buffer.from(big), { maxBytes: 1 << 20 }).ok).toBe(true);
+  });
+
   it("refuses a patch that plants a symlink and writes through it, and one that writes through a link already in the repo", async () => {
     let w = await fresh();
     const outside = join(scratch, "outside");

@@ -36,6 +36,22 @@ describe("which paths can change how pytest judges (pure)", () => {
     for (const p of ["tests/conftest.py", "tests/pytest.ini", "tinyinfra/ops.py", "tinyinfra/pytest.py", "pytest.md", "py.typed", "README.md", "setup.py"]) expect(pytestConcern(p, DIRS), p).toBeNull();
   });
 
+  it("reverts packaging metadata and modules that shadow the standard library or the harness, only where they are importable", () => {
+    const whole = [
+      "evil-1.0.dist-info/entry_points.txt", "evil-1.0.dist-info/METADATA", "src/x.egg-info/entry_points.txt", "entry_points.txt", "tinyinfra.egg-link",
+      "json.py", "time.py", "faulthandler.cpython-311-x86_64-linux-gnu.so", "xml/__init__.py", "importlib/__init__.py", "torch/__init__.py", "numpy.py", "infradev_rank_boot.py",
+    ];
+    for (const p of whole) expect(pytestConcern(p, DIRS)?.kind, p).toBe("whole");
+    expect(pytestConcern("json.py", DIRS)?.kind === "whole" && (pytestConcern("json.py", DIRS) as { reason: string }).reason).toMatch(/"json".*repo root/);
+    // A PYTHONPATH folder of the task is a sys.path root too.
+    expect(pytestConcern("src/json.py", DIRS, ["src"])?.kind).toBe("whole");
+    expect(pytestConcern("src/json.py", DIRS, ["./src/"])?.kind).toBe("whole");
+    // Not importable as a top-level module: a submodule of a package, a namespace folder, other names.
+    for (const p of ["tinyinfra/json.py", "src/json.py", "test/helpers.py", "xml/readme.md", "docs/time.rst", "jsonutil.py", "tinyinfra/io/__init__.py", "bench_json.py"]) {
+      expect(pytestConcern(p, DIRS), p).toBeNull();
+    }
+  });
+
   it("plans restore for files base has and delete for files the patch added", () => {
     expect(
       plan(
