@@ -51,6 +51,11 @@ export const TaskSpecSchema = z.strictObject({
   run_timeout_sec: z.number().positive().max(7 * 86_400).default(1800),
   modes: z.record(z.string().regex(/^[a-z0-9_-]+$/, "expected a mode name of [a-z0-9_-]"), z.record(envVarName, z.string())).default({ default: {} }),
   requires_gpu: z.boolean().default(false),
+  /**
+   * pytest plugins the task's tests need, loaded by name (`-p NAME`) in every session: plugin
+   * autoload from entry points is off in the sandbox (a submission could register one).
+   */
+  pytest_plugins: z.array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/, "expected a plugin module name (dotted identifiers)")).default([]),
   image: z.string().min(1).optional().describe("container image for the docker sandbox"),
   gpus: z.union([z.literal("all"), z.number().int().min(0), z.array(z.string())]).optional(),
   env: z
