@@ -5,6 +5,8 @@ from conftest import PG_FIXTURE
 PROBES = PG_FIXTURE + '''
 from torch.distributed import all_reduce as bound_after_patch  # the plugin patched before this import
 
+import inspect
+
 from infradev_probe import measure
 
 
@@ -91,6 +93,24 @@ def test_nested_measures_both_count():
     assert outer.bytes["all_reduce"] == 32
 
 
+def test_no_uncounted_original_is_handed_out():
+    # functools.wraps would leave the original at __wrapped__: a collective nobody counts.
+    for op in ("all_reduce", "broadcast", "all_gather", "send", "barrier"):
+        assert not hasattr(getattr(dist, op), "__wrapped__"), op
+    assert "tensor" in str(inspect.signature(dist.all_reduce))  # the signature is still the real one
+
+
+def test_process_group_methods_called_directly_are_counted_once():
+    pg = dist.distributed_c10d._get_default_group()
+    t = torch.ones(32)
+    with measure() as m:
+        pg.allreduce([t]).wait()  # below torch.distributed's Python functions
+        pg.broadcast(t, 0).wait()
+        dist.all_reduce(t)  # through the Python function: counted once, not twice
+    assert m.calls["all_reduce"] == 2 and m.bytes["all_reduce"] == 2 * 32 * 4, dict(m.calls)
+    assert m.calls["broadcast"] == 1 and m.bytes["broadcast"] == 32 * 4
+
+
 def test_counted_by_the_plugin():
     dist.all_reduce(torch.ones(25, dtype=torch.float16))
 '''
@@ -101,7 +121,7 @@ def test_probe_counts_on_two_ranks(scratch):
     assert run.returncode == 0, run.stderr + run.log(0)[-3000:] + run.log(1)[-3000:]
     for rank in range(2):
         cases = run.junit(rank)
-        assert len(cases) == 9 and all(o == "passed" for o, _ in cases.values()), cases
+        assert len(cases) == 11 and all(o == "passed" for o, _ in cases.values()), cases
         rec = run.probe(rank)["tests"]["test_probes.py::test_counted_by_the_plugin"]
         assert rec["calls"] == {"all_reduce": 1} and rec["bytes"] == {"all_reduce": 50}
         assert rec["memory_kind"] == "host_rss" and rec["peak_memory_bytes"] > 0 and rec["wall_time_s"] >= 0

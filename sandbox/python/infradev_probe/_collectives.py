@@ -1,19 +1,20 @@
 """Counting wrappers around torch.distributed collectives and point-to-point ops.
 
 The wrappers replace the functions on both `torch.distributed` and `torch.distributed.distributed_c10d`
-(usually the same objects: one wrapper per original function, so an alias is never counted twice).
-Code that bound a function before patching (`from torch.distributed import all_reduce` run before
-`import infradev_probe`) keeps the original and is not seen; so is anything that talks to the process
-group from C++ (torch's DistributedDataParallel reducer, functional collectives, NCCL calls made by
-extensions). That is why `install()` runs when infradev_probe is imported, and why, when torch is not
-imported yet, it waits for torch.distributed's import and patches right after it.
+(usually the same objects: one wrapper per original function, so an alias is never counted twice),
+and the collective methods of the ProcessGroup / Backend classes underneath them, so that code calling
+`pg.allreduce(...)` directly, or a function bound before the patch, is counted too; a call that came
+through a counted function is counted once. The wrappers carry no `__wrapped__`: the uncounted original
+is not handed out. Not seen: what talks to the process group from C++ (torch's DistributedDataParallel
+reducer, functional collectives through the dispatcher, NCCL calls made by extensions), and code that
+digs the originals out of the wrappers' closures. `install()` runs when infradev_probe is imported;
+when torch is not imported yet, it waits for torch.distributed's import and patches right after it.
 
 Process-global state is unavoidable here: the patch itself is process-global, and collectives issued
 from autograd threads (backward hooks on CUDA) must reach every active measure, not only the ones
 opened on the calling thread.
 """
 
-import functools
 import importlib.machinery
 import inspect
 import sys
@@ -98,12 +99,27 @@ def _payload_position(fn, param, fallback):
     return names.index(param) if param in names else fallback
 
 
+def _copy_identity(wrapper, fn):
+    """functools.wraps without `__wrapped__`: the wrapper must not hand the uncounted original to
+    whoever asks (`dist.all_reduce.__wrapped__(t)` would run a collective nobody counts)."""
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(wrapper, attr, getattr(fn, attr))
+        except (AttributeError, TypeError):
+            pass
+    try:
+        wrapper.__signature__ = inspect.signature(fn)
+    except (TypeError, ValueError):
+        pass
+    wrapper.__dict__.update({k: v for k, v in getattr(fn, "__dict__", {}).items() if k != "__wrapped__"})
+    return wrapper
+
+
 def _make_wrapper(fn, op):
     param, kind, fallback = OPS[op]
     name = CANONICAL.get(op, op)
     pos = _payload_position(fn, param, fallback) if param else 0
 
-    @functools.wraps(fn)
     def counted(*args, **kwargs):
         active = _active
         # depth > 0: called from inside another counted op on this thread (an alias or a torch
@@ -126,8 +142,91 @@ def _make_wrapper(fn, op):
         finally:
             _tls.depth = 0
 
+    _copy_identity(counted, fn)
     counted._infradev_op = name
     return counted
+
+
+# ProcessGroup (and, on torch 2.x, Backend) methods -> (canonical op, position of the payload
+# after self; None: no payload). Every torch.distributed collective lands in one of these, so
+# wrapping them as well counts code that bypasses the Python functions (`pg.allreduce([t])`,
+# `dist.group.WORLD.broadcast(...)`, an original bound before the patch). A call that came through a
+# counted Python function is not counted again (the per-thread depth).
+PG_METHODS = {
+    "allreduce": ("all_reduce", 0),
+    "allreduce_coalesced": ("all_reduce_coalesced", 0),
+    "allgather": ("all_gather", 1),
+    "allgather_coalesced": ("all_gather_coalesced", 1),
+    "_allgather_base": ("all_gather_into_tensor", 1),
+    "allgather_into_tensor_coalesced": ("all_gather_into_tensor", 1),
+    "reduce_scatter": ("reduce_scatter", 1),
+    "_reduce_scatter_base": ("reduce_scatter_tensor", 1),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter_tensor", 1),
+    "broadcast": ("broadcast", 0),
+    "alltoall": ("all_to_all", 1),
+    "alltoall_base": ("all_to_all_single", 1),
+    "send": ("send", 0),
+    "recv": ("recv", 0),
+    "recv_anysource": ("recv", 0),
+    "barrier": ("barrier", None),
+    "monitored_barrier": ("barrier", None),
+    "reduce": ("reduce", 0),
+    "gather": ("gather", 1),
+    "scatter": ("scatter", 0),
+}
+
+
+def _nested_bytes(obj):
+    if isinstance(obj, (list, tuple)):
+        return sum(_nested_bytes(o) for o in obj)
+    return _tensor_bytes(obj) if obj is not None else 0
+
+
+def _make_method_wrapper(fn, method):
+    name, pos = PG_METHODS[method]
+
+    def counted(self, *args, **kwargs):
+        active = _active
+        if not active or _tls.depth:
+            return fn(self, *args, **kwargs)
+        nbytes = _nested_bytes(args[pos]) if pos is not None and len(args) > pos else 0
+        with _lock:
+            for rec in active:
+                rec.calls[name] += 1
+                rec.bytes[name] += nbytes
+        _tls.depth = 1
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            _tls.depth = 0
+
+    _copy_identity(counted, fn)
+    counted._infradev_op = name
+    return counted
+
+
+def _process_group_classes():
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    if c10d is None:
+        return []
+    bases = tuple(c for c in (getattr(c10d, "ProcessGroup", None), getattr(c10d, "Backend", None)) if isinstance(c, type))
+    if not bases:
+        return []
+    return [c for c in vars(c10d).values() if isinstance(c, type) and issubclass(c, bases)]
+
+
+def _patch_process_groups():
+    """Wrap the collective methods every ProcessGroup / Backend class defines itself. Caller holds _lock."""
+    for cls in _process_group_classes():
+        for method in PG_METHODS:
+            current = cls.__dict__.get(method)
+            if current is None or getattr(current, "_infradev_op", None):
+                continue
+            try:
+                setattr(cls, method, _make_method_wrapper(current, method))
+            except (TypeError, AttributeError):  # a class that refuses new attributes: left as it is
+                continue
+            _originals.append(current)
 
 
 def patch_loaded():
@@ -148,6 +247,7 @@ def patch_loaded():
                     _wrappers[id(current)] = wrapper
                     _originals.append(current)
                 setattr(mod, op, wrapper)
+        _patch_process_groups()
     return True
 
 
