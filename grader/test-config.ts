@@ -1,6 +1,6 @@
 import { iniSections, iniValue, shlexQuote, shlexSplit } from "./pytest-config.js";
 import { STDLIB_MODULES } from "./stdlib-modules.js";
-import { decodeTomlStrings, tomlEntries, type TomlEntry } from "./toml-scan.js";
+import { parse as parseToml } from "smol-toml";
 
 /**
  * What decides how pytest judges the tests, outside the test dirs — and the pure planning of how
@@ -114,19 +114,30 @@ export interface ChangedFile {
   after?: string | null;
 }
 
-const isPytestKey = (path: readonly string[]) => path[0]?.toLowerCase() === "tool" && path[1]?.toLowerCase() === "pytest";
-
-/**
- * The pytest part of a pyproject.toml: every header or key under `tool.pytest`, and a `tool` inline
- * table as a whole. Null when the text cannot be read as TOML.
- */
-export function pyprojectPytestPart(text: string): string[] | null {
-  const entries = tomlEntries(text);
-  return entries && pytestValues(entries).map((e) => `${e.kind} ${JSON.stringify(e.path)} ${e.raw}`);
+/** A TOML document as tomllib reads it, or null when it is not valid TOML (pytest would refuse it too). */
+function readToml(text: string): Record<string, unknown> | null {
+  try {
+    return parseToml(text) as Record<string, unknown>;
+  } catch {
+    return null;
+  }
 }
 
-function pytestValues(entries: readonly TomlEntry[]): TomlEntry[] {
-  return entries.filter((e) => isPytestKey(e.path) || (e.kind === "value" && e.path.length === 1 && e.path[0]!.toLowerCase() === "tool"));
+/** `tool.pytest` of a pyproject.toml (keys compared case-sensitively, as tomllib does), or undefined. */
+function toolPytest(doc: Record<string, unknown>): unknown {
+  const tool = doc.tool;
+  return tool !== null && typeof tool === "object" ? (tool as Record<string, unknown>).pytest : undefined;
+}
+
+/**
+ * The pytest part of a pyproject.toml as comparable lines: the `tool.pytest` table (pytest 9's native
+ * table and `ini_options`) in canonical JSON. Null when the text is not valid TOML.
+ */
+export function pyprojectPytestPart(text: string): string[] | null {
+  const doc = readToml(text);
+  if (doc === null) return null;
+  const part = toolPytest(doc);
+  return part === undefined ? [] : [JSON.stringify(part)];
 }
 
 /** The pytest part of a sectioned config file (`file` is its basename); null when unreadable. */
@@ -182,22 +193,29 @@ function isPytestConfig(name: string, text: string): boolean {
   if (WHOLE_CONFIG.has(name)) return true;
   if (name === "tox.ini") return iniSections(text, ["pytest"]).length > 0;
   if (name === "setup.cfg") return iniSections(text, ["tool:pytest", "pytest"]).length > 0;
-  if (name === "pyproject.toml") return (tomlEntries(text) ?? []).some((e) => isPytestKey(e.path));
+  if (name === "pyproject.toml") {
+    const doc = readToml(text);
+    return doc !== null && toolPytest(doc) !== undefined;
+  }
   return false;
 }
 
 /** The `addopts` of a config file as pytest would tokenise it; null when absent; "unreadable" when we cannot tell. */
 export function configAddopts(name: string, text: string): string[] | null | "unreadable" {
   if (name.endsWith(".toml")) {
-    const entries: TomlEntry[] | null = tomlEntries(text);
-    if (!entries) return "unreadable";
-    const wanted = name === "pyproject.toml" ? [["tool", "pytest", "ini_options", "addopts"], ["tool", "pytest", "addopts"]] : [["pytest", "addopts"]];
-    const hit = entries.find((e) => e.kind === "value" && wanted.some((w) => JSON.stringify(w) === JSON.stringify(e.path)));
-    // Not found as a plain key: an inline table ({addopts = ...}) could still hold it.
-    if (!hit) return pytestValues(entries).some((e) => e.raw.startsWith("{")) ? "unreadable" : null;
-    const v = decodeTomlStrings(hit.raw);
-    if (v === null) return "unreadable";
-    return typeof v === "string" ? (shlexSplit(v) ?? "unreadable") : v;
+    const doc = readToml(text);
+    if (doc === null) return "unreadable";
+    const tables: unknown[] = [];
+    if (name === "pyproject.toml") {
+      const pytest = toolPytest(doc) as Record<string, unknown> | undefined;
+      if (pytest && typeof pytest === "object") tables.push(pytest.ini_options, pytest);
+    } else tables.push(doc.pytest);
+    const hit = tables.find((t) => t !== null && typeof t === "object" && "addopts" in (t as object)) as Record<string, unknown> | undefined;
+    if (!hit) return null;
+    const v = hit.addopts;
+    if (typeof v === "string") return shlexSplit(v) ?? "unreadable";
+    if (Array.isArray(v) && v.every((x) => typeof x === "string")) return v as string[];
+    return "unreadable";
   }
   const v = iniValue(iniSections(text, name === "setup.cfg" ? ["tool:pytest"] : ["pytest"]), "addopts");
   return v === null ? null : (shlexSplit(v) ?? "unreadable");

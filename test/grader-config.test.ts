@@ -9,7 +9,6 @@ import { gradeSubmission, type GradeMeta } from "../grader/grade.js";
 import { checkPatch } from "../grader/patch-check.js";
 import type { SandboxFactory } from "../grader/pipeline.js";
 import { iniSections, shlexQuote, shlexSplit } from "../grader/pytest-config.js";
-import { decodeTomlStrings, tomlEntries } from "../grader/toml-scan.js";
 import { planSessions } from "../grader/sessions.js";
 import { planConfigReverts, planPytestPin, pyprojectPytestPart, pytestConcern, withoutSelection, type ChangedFile } from "../grader/test-config.js";
 import type { Calibration, GradeResult } from "../grader/types.js";
@@ -93,14 +92,12 @@ describe("which paths can change how pytest judges (pure)", () => {
   });
 
   it("reads TOML strings, arrays and keys the way tomllib does", () => {
-    expect(tomlEntries(`a."b c".'d' = 1 # c\n[[x.y]]\nz = [ "1", # c\n 'two' ,]\n`)).toEqual([
-      { kind: "value", path: ["a", "b c", "d"], raw: "1" },
-      { kind: "array-table", path: ["x", "y"], raw: "" },
-      { kind: "value", path: ["x", "y", "z"], raw: `[ "1", # c\n 'two' ,]` },
-    ]);
-    expect(decodeTomlStrings(`["-p", 'no:x', "a\\"b", """\nm\\\n   n"""]`)).toEqual(["-p", "no:x", 'a"b', "mn"]);
-    expect(decodeTomlStrings(`"-ra -x"`)).toBe("-ra -x");
-    expect(tomlEntries(`a = "unterminated\n`)).toBeNull();
+    // Parsed by a TOML 1.0 library: quoting, comments and key spelling do not change the pytest part.
+    const a = pyprojectPytestPart(`[tool.pytest.ini_options]\naddopts = "-ra" # c\n`);
+    expect(a).toEqual(pyprojectPytestPart(`tool.pytest.ini_options = { addopts = '-ra' }\n`));
+    expect(a).toEqual(pyprojectPytestPart(`[tool]\n"pytest".ini_options.addopts = """-ra"""\n`));
+    expect(a).not.toEqual(pyprojectPytestPart(`[tool.pytest.ini_options]\naddopts = "-ra -p evil"\n`));
+    expect(pyprojectPytestPart(`a = "unterminated\n`)).toBeNull();
     expect(pyprojectPytestPart(`[tool.ruff]\nx = 1\n`)).toEqual([]);
     expect(iniSections(`[Tool:Pytest] # c\naddopts = -x\n  -q\n; c\n[other]\na = 1\n`, ["tool:pytest"])).toEqual(["[tool:pytest]", "addopts = -x", "  -q"]);
   });
