@@ -4,8 +4,10 @@
  *
  * - ini files (`pytest.ini`, `tox.ini`, `setup.cfg`), read as pytest's `iniconfig` reads them: a
  *   section starts at a line whose first character is `[`, a line starting with whitespace continues
- *   the previous value, `#` / `;` lines are comments;
- * - TOML (`pyproject.toml`, `pytest.toml`): toml-scan.ts;
+ *   the previous value, `#` / `;` lines are comments. Hand-rolled on purpose: general INI libraries
+ *   (npm `ini`, configparser-alikes) differ from iniconfig on continuation lines, inline comments and
+ *   duplicate keys, and the point here is to see exactly what pytest sees;
+ * - TOML (`pyproject.toml`, `pytest.toml`): smol-toml, in test-config.ts;
  * - `shlex.split` / `shlex.quote`, as pytest splits `addopts`.
  *
  * Where a reader cannot make sense of a text it returns null, and callers treat that as "changed".
