@@ -3,7 +3,7 @@
  * failure that is not bad input says its message and shows the stack only with INFRADEV_DEBUG=1.
  */
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -36,6 +36,29 @@ describe("infradev CLI errors", () => {
       expect(r.stderr).not.toMatch(/^\s+at /m);
       expect(r.stdout).toBe("");
     }
+  });
+
+  it("commander's usage errors are one line naming the command, exit 2, no help dump", () => {
+    const cases: Array<[string[], RegExp]> = [
+      [["grade", "--patch", "x.patch"], /^infradev: grade: required option '--task <id>' not specified \(see: infradev grade --help\)$/],
+      [["grade", "--task", "grad-bucketing", "--sandbox", "wat"], /^infradev: grade: option '--sandbox <kind>' argument 'wat' is invalid\. Allowed choices are local, docker, none\./],
+      [["tasks", "list", "--frobnicate"], /^infradev: tasks list: unknown option '--frobnicate'/],
+      [["frobnicate"], /^infradev: unknown command 'frobnicate' \(see: infradev --help\)$/],
+    ];
+    for (const [args, message] of cases) {
+      const r = run(args);
+      expect(r.status, `${args.join(" ")}: ${r.stderr}`).toBe(2);
+      expect(r.stderr.trim().split("\n"), `${args.join(" ")}: ${r.stderr}`).toHaveLength(1);
+      expect(r.stderr.trim()).toMatch(message);
+      expect(r.stderr).not.toMatch(/Usage:|^\s+at /m);
+    }
+    // Help and version are successes; the version is the package's.
+    const help = run(["grade", "--help"]);
+    expect(help.status).toBe(0);
+    expect(help.stdout).toMatch(/^Usage: infradev grade/);
+    const version = run(["--version"]);
+    expect(version.status).toBe(0);
+    expect(version.stdout.trim()).toBe(JSON.parse(readFileSync(join(import.meta.dirname, "..", "package.json"), "utf8")).version);
   });
 
   it("another failure: its message and a hint, exit 1; the stack with INFRADEV_DEBUG=1", () => {
