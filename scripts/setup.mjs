@@ -5,7 +5,7 @@
 // node_modules exists.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -31,8 +31,31 @@ if (!existsSync(stamp) || readFileSync(stamp, "utf8").trim() !== lockHash) {
   writeFileSync(stamp, `${lockHash}\n`);
 }
 
-// 2. Build (tsc is incremental enough on this code base: a few seconds).
-run("npm", ["run", "--silent", "build"]);
+// 2. Build, skipped when no source changed since the last one (tsc takes 10-50 s on a loaded
+// 2-core machine): the stamp is a hash of every TypeScript source, tsconfig and the lock file.
+const buildStamp = join(root, "dist", ".infradev-build-sha256");
+const buildHash = sourcesHash();
+if (existsSync(join(root, "dist", "cli", "main.js")) && existsSync(buildStamp) && readFileSync(buildStamp, "utf8").trim() === buildHash) {
+  say("build up to date (no TypeScript source changed)");
+} else {
+  run("npm", ["run", "--silent", "build"]);
+  writeFileSync(buildStamp, `${buildHash}\n`);
+}
+
+function sourcesHash() {
+  const h = createHash("sha256");
+  const walk = (dir) => {
+    for (const e of readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+      if (e.name === "node_modules" || e.name === "dist" || e.name.startsWith(".")) continue;
+      const p = join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.isFile() && e.name.endsWith(".ts")) h.update(`${p}\0`).update(readFileSync(p)).update("\0");
+    }
+  };
+  for (const top of ["cli", "server", "tools", "sandbox", "grader", "tasks", "lib", "campaign"]) if (existsSync(join(root, top))) walk(join(root, top));
+  for (const f of ["tsconfig.json", "package-lock.json", "scripts/postbuild.mjs"]) if (existsSync(join(root, f))) h.update(f).update(readFileSync(join(root, f)));
+  return h.digest("hex");
+}
 
 // 3. Python side. Tasks name their interpreter; the bundled ones use Debian's /usr/bin/python3.
 const python = process.env.INFRADEV_PYTHON ?? "/usr/bin/python3";
