@@ -5,7 +5,7 @@
 // node_modules exists.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -40,6 +40,13 @@ if (existsSync(join(root, "dist", "cli", "main.js")) && existsSync(buildStamp) &
 } else {
   run("npm", ["run", "--silent", "build"]);
   writeFileSync(buildStamp, `${buildHash}\n`);
+}
+
+// `npx infradev ...` in this folder: npm links the bins of dependencies, not the package's own.
+const shim = join(root, "node_modules", ".bin", "infradev");
+if (!existsSync(shim)) {
+  mkdirSync(dirname(shim), { recursive: true });
+  symlinkSync(join("..", "..", "dist", "cli", "main.js"), shim);
 }
 
 function sourcesHash() {

@@ -22,5 +22,9 @@ describe("setup", () => {
     expect(second.stderr).toContain("build up to date");
     expect(second.stderr).not.toContain("npm run --silent build");
     expect(statSync(main).mtimeMs).toBe(before);
+    // The README's CLI reference uses `npx infradev`: set-up provides the command in this folder.
+    const npx = spawnSync("npx", ["--no-install", "infradev", "--version"], { encoding: "utf8", cwd: ROOT, timeout: 60_000 });
+    expect(npx.status, npx.stderr).toBe(0);
+    expect(npx.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
   }, 600_000);
 });
