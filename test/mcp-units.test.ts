@@ -162,17 +162,22 @@ describe("skill and harness configuration", () => {
         "startup_timeout_sec = 60",
         "# multi-rank pytest_run / measure (twice with compare_with_base) outlast Codex's 60 s default",
         "tool_timeout_sec = 1500",
+        "# wait for the server before the first turn (else the model starts without these tools)",
+        "required = true",
+        '# run_shell and the test runs change the workspace: approved, or refused under approval_policy = "never"',
+        'default_tools_approval_mode = "approve"',
         "",
       ].join("\n"),
     );
     const command = ["/usr/bin/node", "/pkg/dist/cli/main.js", "serve", "--task", "grad-bucketing", "--sandbox", "local", "--runs-dir", "/r/runs"];
-    // OpenCode V2 (current): mcp.servers, no `enabled`, timeout split into startup / request (ms).
-    const v2 = JSON.parse(opencodeConfig(o, 600));
+    // OpenCode V2: mcp.servers, no `enabled`, timeout split into startup / request (ms).
+    const v2 = JSON.parse(opencodeConfig(o, 600, "v2"));
     expect(Object.keys(v2.mcp)).toEqual(["servers"]);
     expect(v2.mcp.servers.infradev).toEqual({ type: "local", command, timeout: { startup: 60_000, request: 1_500_000 } });
-    const v1 = JSON.parse(opencodeConfig(o, 600, "v1"));
+    // V1 is the default (OpenCode 1.18 drops V2's timeouts).
+    const v1 = JSON.parse(opencodeConfig(o, 600));
     expect(v1.mcp.infradev).toEqual({ type: "local", command, enabled: true, timeout: 1_500_000 });
-    const remote = JSON.parse(opencodeHttpConfig("http://127.0.0.1:8741/mcp", 600));
+    const remote = JSON.parse(opencodeHttpConfig("http://127.0.0.1:8741/mcp", 600, "v2"));
     expect(remote.mcp.servers.infradev).toEqual({
       type: "remote",
       url: "http://127.0.0.1:8741/mcp",
@@ -180,7 +185,7 @@ describe("skill and harness configuration", () => {
       headers: { Authorization: "Bearer {env:INFRADEV_HTTP_TOKEN}" },
       timeout: { startup: 60_000, request: 1_500_000 },
     });
-    expect(JSON.parse(opencodeHttpConfig("http://127.0.0.1:8741/mcp", 600, "v1")).mcp.infradev).toMatchObject({ type: "remote", enabled: true, timeout: 1_500_000 });
+    expect(JSON.parse(opencodeHttpConfig("http://127.0.0.1:8741/mcp", 600)).mcp.infradev).toMatchObject({ type: "remote", enabled: true, timeout: 1_500_000 });
   });
 });
 
