@@ -1,9 +1,12 @@
 import type { Command } from "commander";
 import { loadPublicTask, listTaskIds } from "../tasks/loader.js";
+import { TaskError } from "../tasks/errors.js";
 import { taskRunnableHere } from "../tasks/runnable.js";
 
 export interface TaskRow {
   id: string;
+  /** Set when the task folder does not load: the rest of the row is empty. */
+  error?: string;
   title: string;
   category: string;
   type: string;
@@ -14,8 +17,15 @@ export interface TaskRow {
 }
 
 export function taskRows(tasksRoot?: string): TaskRow[] {
-  return listTaskIds(tasksRoot).map((id) => {
-    const t = loadPublicTask(id, tasksRoot);
+  return listTaskIds(tasksRoot).map((id): TaskRow => {
+    let t: ReturnType<typeof loadPublicTask>;
+    try {
+      t = loadPublicTask(id, tasksRoot);
+    } catch (e) {
+      // One broken task does not hide the others: it gets a row saying why.
+      if (!(e instanceof TaskError)) throw e;
+      return { id, error: e.message, title: "", category: "", type: "", ranks: 0, requires_gpu: false, runnable: false };
+    }
     const r = taskRunnableHere(t.spec);
     return {
       id,
@@ -45,6 +55,8 @@ export function registerTasksCommands(program: Command): void {
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
     .action((opts: { json?: boolean; tasksDir?: string }) => {
       const rows = taskRows(opts.tasksDir);
+      // Every row is printed; a task that does not load makes the exit status 1.
+      if (rows.some((r) => r.error)) process.exitCode = 1;
       if (opts.json) {
         process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
         return;
@@ -52,7 +64,7 @@ export function registerTasksCommands(program: Command): void {
       process.stdout.write(
         `${formatTable(
           ["id", "title", "category", "type", "ranks", "requires_gpu", "runnable here"],
-          rows.map((r) => [r.id, r.title, r.category, r.type, String(r.ranks), String(r.requires_gpu), r.runnable ? "yes" : `no: ${r.reason}`]),
+          rows.map((r) => (r.error ? [r.id, `error: ${r.error}`, "", "", "", "", ""] : [r.id, r.title, r.category, r.type, String(r.ranks), String(r.requires_gpu), r.runnable ? "yes" : `no: ${r.reason}`])),
         )}\n`,
       );
     });

@@ -121,9 +121,15 @@ function realInside(taskDir: string, p: string, label: string, field: string): s
   return real;
 }
 
+/** A path as messages name it: relative to the working directory when it lies under it, else absolute. */
+function displayPath(p: string): string {
+  const rel = relative(process.cwd(), p);
+  return rel && !rel.startsWith("..") && !isAbsolute(rel) ? rel : resolve(p);
+}
+
 export function loadPublicTask(idOrPath: string, tasksRoot = bundledTasksDir()): PublicTask {
   const taskDir = resolveTaskDir(idOrPath, tasksRoot);
-  const label = idOrPath.includes("/") ? join(idOrPath, "task.yaml") : `tasks/${idOrPath}/task.yaml`;
+  const label = displayPath(join(taskDir, "task.yaml"));
   const spec = loadTaskSpec(taskDir, label);
   const promptFile = join(taskDir, "prompt.md");
   if (!existsSync(promptFile)) throw new TaskError(`${label.replace(/task\.yaml$/, "prompt.md")}: missing (every task needs the agent's prompt)`);

@@ -3,7 +3,7 @@
  * failure that is not bad input says its message and shows the stack only with INFRADEV_DEBUG=1.
  */
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -59,6 +59,24 @@ describe("infradev CLI errors", () => {
     const version = run(["--version"]);
     expect(version.status).toBe(0);
     expect(version.stdout.trim()).toBe(JSON.parse(readFileSync(join(import.meta.dirname, "..", "package.json"), "utf8")).version);
+  });
+
+  it("tasks list shows every task of a folder, a broken one as an error row naming its real file (exit 1)", () => {
+    const dir = join(tmp, "bank");
+    cpSync(join(import.meta.dirname, "fixtures", "grader", "tasks", "tiny-mean"), join(dir, "tiny-mean"), { recursive: true });
+    cpSync(join(import.meta.dirname, "fixtures", "grader", "tasks", "tiny-mean"), join(dir, "broken"), { recursive: true });
+    writeFileSync(join(dir, "broken", "task.yaml"), "schema_version: 1\nid: broken\nranks: two\n");
+    const r = run(["tasks", "list", "--tasks-dir", dir, "--json"]);
+    expect(r.status, r.stderr).toBe(1);
+    const rows = JSON.parse(r.stdout) as Array<{ id: string; error?: string; title: string }>;
+    expect(rows.map((x) => x.id).sort()).toEqual(["broken", "tiny-mean"]);
+    expect(rows.find((x) => x.id === "tiny-mean")!.error).toBeUndefined();
+    // Named as it lies, relative to the working directory (the CLI runs in tmp here), not tasks/broken/.
+    expect(rows.find((x) => x.id === "broken")!.error).toMatch(/^bank\/broken\/task\.yaml: /);
+    const table = run(["tasks", "list", "--tasks-dir", dir]);
+    expect(table.status).toBe(1);
+    expect(table.stdout).toMatch(/^broken +error: .*task\.yaml: /m);
+    expect(table.stdout).toMatch(/^tiny-mean +all_mean/m);
   });
 
   it("another failure: its message and a hint, exit 1; the stack with INFRADEV_DEBUG=1", () => {
