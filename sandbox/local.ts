@@ -212,9 +212,15 @@ export class LocalSandbox implements Sandbox {
       const bad = checkOverlayRel(o.rel);
       if (bad) throw new Error(`local sandbox: read-only overlay ${o.host}: ${bad}`);
     }
-    const pids = new PidsLimiter(opts.pidsLimit);
-    if (pids.warning) logger.warn({ mechanism: pids.mechanism, limit: pids.limit }, pids.warning);
     const logDir = prepareLogDir(opts.logDir, repo, "local");
+    let pids: PidsLimiter;
+    try {
+      pids = new PidsLimiter(opts.pidsLimit);
+    } catch (e) {
+      releaseLogDir(logDir);
+      throw e;
+    }
+    if (pids.warning) logger.warn({ mechanism: pids.mechanism, limit: pids.limit }, pids.warning);
     const sessionTmp = (opts.tmp ?? "session") === "session" ? mkdtempSync(join(tmpdir(), "infradev-local-")) : null;
     if (sessionTmp) mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
     let mounts: { args: string[]; binds: Bind[] };
@@ -344,6 +350,8 @@ export class LocalSandbox implements Sandbox {
     const pending = runHostProcess({
       // sh joins the exec's pids cgroup (or sets RLIMIT_NPROC), then becomes bwrap, which reads its
       // options from fd 4: its command line (pid 1's inside) is `bwrap --args 4 -- /bin/sh -c <wrapper> <cwd> <argv>`.
+      // cwd "/": the shell would otherwise export the server's own folder as PWD into the sandbox.
+      cwd: "/",
       argv: ["/bin/sh", "-c", PRE_EXEC_SCRIPT, "infradev-pre", ...pids.args, this.cfg.bwrapPath, "--args", String(ARGS_FD), "--", ...this.sandboxCommand(argv, cwd)],
       argsFdData: Buffer.from(options.map((a) => `${a}\0`).join("")),
       env: { ...this.cfg.env, ...opts.env },
