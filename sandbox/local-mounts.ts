@@ -14,6 +14,26 @@ export interface ReadOnlyMount {
   sandbox: string;
 }
 
+/** A host folder bound read-only at `<workspace>/<rel>` (contract C). */
+export interface ReadOnlyOverlay {
+  /** Host folder. */
+  host: string;
+  /** Path relative to the workspace: letters, digits, `.`, `_`, `-` and `/` between components. */
+  rel: string;
+}
+
+const OVERLAY_REL = /^[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/;
+
+/** Checks an overlay's rel: relative, normalised, no `..` or `.`, no NUL, a plain charset. Null when fine. */
+export function checkOverlayRel(rel: string): string | null {
+  if (typeof rel !== "string" || rel === "") return "rel must be a non-empty relative path";
+  if (rel.includes("\0")) return "rel contains a NUL byte";
+  if (!OVERLAY_REL.test(rel)) return `rel ${JSON.stringify(rel)} must be relative, made of letters, digits, ".", "_", "-" and "/" between components`;
+  if (rel.split("/").some((p) => p === "." || p === "..")) return `rel ${JSON.stringify(rel)} must not have "." or ".." components`;
+  if (rel.split("/")[0] === ".git") return `rel ${JSON.stringify(rel)} may not lie in .git`;
+  return null;
+}
+
 export interface Bind {
   kind: "ro" | "rw" | "dev";
   /** Host path as given to bwrap. */
@@ -27,7 +47,7 @@ export interface Bind {
 export const SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
 
 /** Sandbox paths a read-only mount may not cover or sit inside. */
-export const RESERVED_SANDBOX_PATHS = ["/", "/proc", "/dev", "/workspace", "/opt/infradev/python"];
+export const RESERVED_SANDBOX_PATHS = ["/", "/proc", "/dev", "/workspace", "/opt/infradev/python", "/infradev"];
 
 export function realpathOrNull(p: string): string | null {
   try {
@@ -148,6 +168,10 @@ export interface LocalMountInput {
   devices: string[];
   /** Host folder bound at /tmp, or null for a fresh tmpfs. */
   sessionTmp: string | null;
+  /** Host folder of the exec logs (real path), bound read-only at /infradev/logs. */
+  logDir?: string;
+  /** Host folders bound read-only inside the workspace (their mount points already made by the caller). */
+  overlays?: ReadOnlyOverlay[];
 }
 
 /**
@@ -176,6 +200,24 @@ export function planLocalMounts(input: LocalMountInput): { args: string[]; binds
     { kind: "rw", source: input.workspace, realSource: input.workspace, dest: "/workspace" },
     { kind: "ro", source: input.helpers, realSource: input.helpers, dest: "/opt/infradev/python" },
   );
+  for (const o of input.overlays ?? []) {
+    const bad = checkOverlayRel(o.rel);
+    const real = realpathOrNull(resolve(o.host));
+    const why =
+      bad ??
+      (real === null ? `host folder ${o.host} does not exist` : null) ??
+      (real !== null && !statSync(real).isDirectory() ? `host path ${o.host} is not a folder` : null) ??
+      (real !== null && isPathInside(input.workspace, real) ? "the host folder lies inside the workspace (the sandbox could change it)" : null) ??
+      (real !== null ? hiddenForbidding(input.hidden, real, input.workspace) && `it lies inside hidden path ${hiddenForbidding(input.hidden, real, input.workspace)}` : null);
+    if (why) throw new Error(`read-only overlay ${o.host} -> <workspace>/${o.rel}: ${why}`);
+    const dest = posix.join("/workspace", o.rel);
+    args.push("--ro-bind", real!, dest);
+    binds.push({ kind: "ro", source: real!, realSource: real!, dest });
+  }
+  if (input.logDir) {
+    args.push("--ro-bind", input.logDir, "/infradev/logs");
+    binds.push({ kind: "ro", source: input.logDir, realSource: input.logDir, dest: "/infradev/logs" });
+  }
 
   for (const m of input.readOnlyMounts) {
     const underSystem = system.binds.find((b) => isPathInside(b.dest, m.sandbox));

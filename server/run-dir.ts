@@ -11,6 +11,7 @@ import type { RunSession } from "../tools/support/deps.js";
  *   session.json   task, base commit, submission state
  *   workspace/     the agent's repo (git, base committed)
  *   base/          pristine checkout of the base commit (git worktree), read-only in the sandbox
+ *   logs/          every exec's log (capped), read-only inside the sandbox at /infradev/logs
  *   trace.jsonl    one line per tool call
  *   patch.diff     the patch (on submit, and on shutdown)
  */
@@ -20,6 +21,7 @@ export interface RunPaths {
   runDir: string;
   workspaceDir: string;
   baseDir: string;
+  logsDir: string;
   sessionFile: string;
   tracePath: string;
   patchPath: string;
@@ -49,6 +51,7 @@ export function runPaths(runsDir: string, runId: string): RunPaths {
     runDir,
     workspaceDir: join(runDir, "workspace"),
     baseDir: join(runDir, "base"),
+    logsDir: join(runDir, "logs"),
     sessionFile: join(runDir, "session.json"),
     tracePath: join(runDir, "trace.jsonl"),
     patchPath: join(runDir, "patch.diff"),

@@ -72,8 +72,13 @@ describe.skipIf(!plan.run)("docker sandbox: commands and isolation", () => {
     expect(r.stdout.length).toBeLessThan(8192);
     expect(chunks.join("")).toContain("line 10000\n");
     expect(r.logPath).toBeDefined();
-    expect(r.logPath!.startsWith(join(task.workspace, ".infradev", "logs"))).toBe(true);
+    // Outside the workspace, read-only inside at /infradev/logs.
+    expect(r.logPath!.startsWith(sb.logDir)).toBe(true);
+    expect(r.logPath!.startsWith(task.workspace)).toBe(false);
     expect(readFileSync(r.logPath!, "utf8")).toContain("line 10000\nline 10001\n");
+    expect(r.sandboxLogPath).toMatch(/^\/infradev\/logs\/[^/]+\.log$/);
+    const inside = await sb.exec(["sh", "-c", 'grep -c "^line " "$1"; echo x > "$1" || echo refused', "sh", r.sandboxLogPath!]);
+    expect(inside.stdout).toBe("20000\nrefused\n");
   });
 
   it("maps workspace paths to the host and refuses others", () => {
