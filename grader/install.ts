@@ -35,6 +35,8 @@ export interface InstallMap {
   files: Record<string, InstalledFile>;
   /** Probe markers by real id without parameters (`infradev_probes/f.py::test_x`, or a class). */
   markers: Record<string, ProbeMarker>;
+  /** The probes' helper modules, renamed too: installed path → real path. */
+  helpers?: Record<string, string>;
 }
 
 export interface MappedId {
@@ -94,6 +96,11 @@ export function unmapText(map: InstallMap, text: string, extra: ReadonlyArray<[s
     out = out.split(base).join(realBase).split(base.replace(/\.py$/, "")).join(realBase.replace(/\.py$/, ""));
     for (const [a, b] of Object.entries(f.names)) out = out.split(a).join(b);
     for (const ms of Object.values(f.methods)) for (const [a, b] of Object.entries(ms)) out = out.split(a).join(b);
+  }
+  for (const [installed, real] of Object.entries(map.helpers ?? {})) {
+    out = out.split(installed).join(real);
+    const stem = (p: string) => p.split("/").at(-1)!.replace(/\.py$/, "");
+    out = out.split(stem(installed)).join(stem(real));
   }
   for (const [from, to] of extra) out = out.split(from).join(to);
   return out;
@@ -250,6 +257,8 @@ export interface InstallJob {
   /** Real repo-relative folder (what ids say). */
   real: string;
   suite: InstalledSuite;
+  /** The probes' folder: its helper modules get random names too. */
+  rename_helpers?: boolean;
 }
 
 /**

@@ -149,6 +149,27 @@ describe("install under random names (infradev_grading.py)", () => {
     );
   });
 
+  it("in the probes' folder, helper modules get random names too, and every import of them follows", async () => {
+    const probes = join(scratch, "probes");
+    mkdirSync(probes);
+    writeFileSync(join(probes, "my_probe_support.py"), "VALUE = 7\n");
+    writeFileSync(join(probes, "conftest.py"), "import sys, os\nsys.path.insert(0, os.path.dirname(__file__))\nfrom my_probe_support import VALUE  # noqa\n");
+    writeFileSync(
+      join(probes, "test_probe_x.py"),
+      "import my_probe_support\nimport my_probe_support as support\nfrom my_probe_support import (\n    VALUE,\n)\n\n\ndef test_x():\n    assert my_probe_support.VALUE == support.VALUE == VALUE == 7\n",
+    );
+    const out = join(scratch, "probe-repo");
+    const m = await runInstaller(PY, [{ src: probes, dest: join(out, "tests", "abcdefgh"), rel: "tests/abcdefgh", real: "infradev_probes", suite: "probe", rename_helpers: true }]);
+    const names = readdirSync(join(out, "tests", "abcdefgh")).sort();
+    expect(names.filter((n) => /probe/.test(n))).toEqual([]);
+    expect(Object.values(m.helpers!)).toEqual(["infradev_probes/my_probe_support.py"]);
+    const helper = Object.keys(m.helpers!)[0]!.split("/").at(-1)!.replace(/\.py$/, "");
+    expect(readFileSync(join(out, "tests", "abcdefgh", "conftest.py"), "utf8")).toContain(`from ${helper} import VALUE  # noqa`);
+    const run = execFileSync(PY, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], { cwd: out, encoding: "utf8" });
+    expect(run).toMatch(/1 passed/);
+    expect(unmapText(m, `File "tests/abcdefgh/${helper}.py", line 1`)).toBe('File "infradev_probes/my_probe_support.py", line 1');
+  });
+
   it("a probe marker whose arguments are not literals is refused, with the file named", async () => {
     const bad = join(scratch, "bad");
     mkdirSync(bad);

@@ -16,14 +16,17 @@ function (`def test_*`, `async def test_*`), test class (`class Test*`) and test
 class gets a random name too, and same-module references to those names follow. Edits are made at
 the source positions Python's ast gives, on the same lines, so line numbers stay as they were.
 `@pytest.mark.probe(...)` decorators are blanked out (the map keeps their promise and kind).
-Conftest files and helper modules are copied as they are.
+Conftest files and helper modules are copied as they are, except in a job with
+"rename_helpers": true (the probes' folder), whose top-level helper modules get random names too,
+every import of them in that folder following (`import m`, `import m as x`, `from m import ...`).
 
 map (stdout, JSON):
     {"files": {"<rel>/<installed file>": {"real": "<real>/<file>", "suite": ...,
                "names": {"<installed>": "<real>"},              # module-level functions, classes
                "methods": {"<installed class>": {"<installed>": "<real>"}},
                "known": ["<name>", ...]}},  # the other names bound at module level (not renamed)
-     "markers": {"<real file>::<name>[::<method>]": {"promise": ..., "kind": ...}}}
+     "markers": {"<real file>::<name>[::<method>]": {"promise": ..., "kind": ...}},
+     "helpers": {"<rel>/<installed helper>.py": "<real>/<helper>.py"}}
 """
 
 import ast
@@ -177,13 +180,65 @@ def bound_names(tree):
     return sorted(out)
 
 
-def rename_module(source_bytes, names, real_file, markers):
-    """The renamed source and its name maps. `markers` (real id -> marker) is filled in."""
+FROM_MODULE = re.compile(rb"from\s+\.*\s*([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def rename_imports(tree, edits, modules):
+    """Imports of renamed helper modules (`import m`, `import m as x`, `from m import ...`,
+    `from .m import ...`) and, where `import m` binds the name, its uses (`m.f`)."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in modules:
+            line = edits.lines[node.lineno - 1]
+            m = FROM_MODULE.match(line, node.col_offset)
+            if not m or m.group(1).decode() != node.module.split(".")[0]:
+                raise InstallError("line %d: cannot find the module of this import" % node.lineno)
+            edits.replace(node.lineno, m.start(1), m.end(1), modules[node.module.split(".")[0]])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top not in modules:
+                    continue
+                lineno = getattr(alias, "lineno", None)
+                if lineno is not None:  # Python 3.10+: aliases have positions
+                    start = alias.col_offset
+                else:
+                    line = edits.lines[node.lineno - 1]
+                    found = re.search(rb"\b" + re.escape(top.encode()) + rb"\b", line[node.col_offset:])
+                    if not found or node.end_lineno != node.lineno:
+                        raise InstallError("line %d: cannot find the module of this import" % node.lineno)
+                    lineno, start = node.lineno, node.col_offset + found.start()
+                edits.replace(lineno, start, start + len(top.encode()), modules[top])
+                if alias.asname is None:
+                    bound.add(top)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in bound:
+            edits.replace(node.lineno, node.col_offset, node.end_col_offset, modules[node.id])
+
+
+def rename_helper(source_bytes, modules):
+    """A conftest or helper module: only its imports of renamed helper modules change."""
+    if not modules:
+        return source_bytes
     try:
         tree = ast.parse(source_bytes)
     except SyntaxError as e:
         raise InstallError("does not parse: %s" % e)
     edits = Edits(source_bytes)
+    rename_imports(tree, edits, modules)
+    return edits.apply()
+
+
+def rename_module(source_bytes, names, real_file, markers, modules=None):
+    """The renamed source and its name maps. `markers` (real id -> marker) is filled in.
+    `modules`: helper modules of the same folder that got random names (old -> new)."""
+    try:
+        tree = ast.parse(source_bytes)
+    except SyntaxError as e:
+        raise InstallError("does not parse: %s" % e)
+    edits = Edits(source_bytes)
+    if modules:
+        rename_imports(tree, edits, modules)
     top = {}  # real -> installed
     methods = {}  # real class -> {real method -> installed}
 
@@ -250,10 +305,21 @@ def rename_module(source_bytes, names, real_file, markers):
     }
 
 
+def helper_modules(src, names):
+    """The probe folder's own helper modules (top level, not conftest, not tests): random names too,
+    so that no module name says what the folder is. old stem -> new stem."""
+    out = {}
+    for name in sorted(os.listdir(src)):
+        if name.endswith(".py") and name not in ("conftest.py", "__init__.py") and not TEST_MODULE.match(name) and os.path.isfile(os.path.join(src, name)):
+            out[name[:-3]] = names.fresh("", 10)
+    return out
+
+
 def copy_tree(job, names, result):
     src, dest, rel, real, suite = job["src"], job["dest"], job["rel"].strip("/"), job["real"].strip("/"), job["suite"]
     if not os.path.isdir(src):
         raise InstallError("%s: not a folder" % src)
+    modules = helper_modules(src, names) if job.get("rename_helpers") else {}
     for dirpath, dirnames, filenames in os.walk(src):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         sub = os.path.relpath(dirpath, src)
@@ -274,7 +340,7 @@ def copy_tree(job, names, result):
                 with open(path, "rb") as f:
                     source = f.read()
                 try:
-                    text, maps = rename_module(source, names, real_file, result["markers"])
+                    text, maps = rename_module(source, names, real_file, result["markers"], modules)
                 except InstallError as e:
                     raise InstallError("%s: %s" % (real_file, e))
                 new_name = names.module()
@@ -285,6 +351,21 @@ def copy_tree(job, names, result):
                 entry = {"real": real_file, "suite": suite}
                 entry.update(maps)
                 result["files"][installed] = entry
+            elif modules and name.endswith(".py"):
+                stem = name[:-3]
+                new_name = (modules[stem] + ".py") if not sub and stem in modules else name
+                target = os.path.join(out_dir, new_name)
+                with open(path, "rb") as f:
+                    source = f.read()
+                try:
+                    text = rename_helper(source, modules)
+                except InstallError as e:
+                    raise InstallError("%s: %s" % (real_file, e))
+                with open(target, "xb") as f:
+                    f.write(text)
+                shutil.copymode(path, target)
+                if new_name != name:
+                    result["helpers"]["/".join(p for p in (rel, sub, new_name) if p)] = real_file
             else:
                 target = os.path.join(out_dir, name)
                 if os.path.lexists(target):
@@ -296,7 +377,7 @@ def copy_tree(job, names, result):
 def main():
     spec = json.load(sys.stdin)
     names = Names()
-    result = {"files": {}, "markers": {}}
+    result = {"files": {}, "markers": {}, "helpers": {}}
     try:
         for job in spec["jobs"]:
             copy_tree(job, names, result)
