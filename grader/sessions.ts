@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { cpSync, existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import type { MergedCase } from "../sandbox/merge.js";
 import { runRanks, type LaunchSummary } from "../sandbox/ranks.js";
@@ -181,7 +181,9 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
     const harnessError = r.harnessError ?? (r.launch?.status === "interrupted" ? `launcher interrupted: ${r.launch?.events.at(-1)?.detail ?? "signal"}` : undefined);
     const logs = join(opts.logsDir, name);
     rmSync(logs, { recursive: true, force: true });
-    if (existsSync(r.hostOutDir)) cpSync(r.hostOutDir, logs, { recursive: true, dereference: false, verbatimSymlinks: true });
+    // The launcher's logs come in its result bundle (capped): written as regular files, nothing read from the sandbox.
+    mkdirSync(logs, { recursive: true });
+    for (const log of r.logs) writeFileSync(join(logs, log.name.replace(/[^A-Za-z0-9._-]/g, "_").replace(/^\.+/, "_") || "log"), log.text);
     const result: SessionResult = {
       key,
       mode: plan.mode,
