@@ -193,9 +193,8 @@ export async function runControl(opts: ControlOptions): Promise<ControlOutcome> 
         signal: opts.signal,
       });
       if (opts.signal?.aborted) throw new GradingInterrupted("control run interrupted");
-      const x = r as typeof r & { lostRecords?: string };
       if (r.harnessError) return { ok: false, why: `the control run failed too: ${r.harnessError}` };
-      if (x.lostRecords) return { ok: false, why: `the control run lost its records too: ${x.lostRecords}` };
+      if (r.lostRecords) return { ok: false, why: `the control run lost its records too: ${r.lostRecords}` };
       if (r.launch?.status === "interrupted") return { ok: false, why: "the control run's launcher was interrupted too" };
       writeJsonAtomic(join(opts.artifactDir, "control.json"), { launch_status: r.launch?.status ?? null, cases: r.cases.length });
       return { ok: true };

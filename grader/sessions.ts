@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { cpSync, existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { MergedCase } from "../sandbox/merge.js";
 import { runRanks, type LaunchSummary } from "../sandbox/ranks.js";
@@ -9,7 +9,7 @@ import { readJsonFile, writeJsonAtomic } from "./files.js";
 import { exceptionType } from "./labels.js";
 import type { CaseRecord, CollectionError, SessionResult, Suite } from "./types.js";
 import { mapCaseId, unmapText, type Canary, type InstallMap } from "./install.js";
-import { capEvidence, tamperEvidence, type RankIntegrityRecord } from "./tamper.js";
+import { capEvidence, tamperEvidence } from "./tamper.js";
 import type { PytestPin } from "./test-config.js";
 import { PROBES_DIR, pytestPinFor, stagedHashesNow, type StagedTests } from "./workspace.js";
 
@@ -177,16 +177,11 @@ export function readFinishedSession(file: string, key: string): SessionResult | 
   return s && s.key === key && !s.harness_error ? s : null;
 }
 
-/** The optional parts of Contract A's runRanks result, read where present. */
-type RanksExtras = { integrity?: RankIntegrityRecord[]; lostRecords?: string; logs?: Array<{ name: string; text: string }>; hostOutDir?: string };
-
-/** Writes a session's logs (Contract A's `logs`: names are the launcher's, checked to be plain names). */
-function saveLogs(dir: string, r: RanksExtras): void {
+/** Writes a session's logs (Contract A's `logs`, from the bundle) as regular files with plain names. */
+function saveLogs(dir: string, logs: ReadonlyArray<{ name: string; text: string }>): void {
   rmSync(dir, { recursive: true, force: true });
-  if (r.logs) {
-    mkdirSync(dir, { recursive: true });
-    for (const l of r.logs) if (/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(l.name)) writeFileSync(join(dir, l.name), l.text);
-  } else if (r.hostOutDir && existsSync(r.hostOutDir)) cpSync(r.hostOutDir, dir, { recursive: true, dereference: false, verbatimSymlinks: true });
+  mkdirSync(dir, { recursive: true });
+  for (const log of logs) writeFileSync(join(dir, log.name.replace(/[^A-Za-z0-9._-]/g, "_").replace(/^\.+/, "_") || "log"), log.text);
 }
 
 export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOutcome> {
@@ -224,17 +219,16 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       onProgress: (d, t) => opts.onProgress?.(`${name}: ${d}/${t} tests`),
     });
     if (opts.signal?.aborted) throw new GradingInterrupted(`${name}: grading interrupted`);
-    const x = r as typeof r & RanksExtras;
     const hashesAfter = stagedHashesNow(staged);
-    saveLogs(join(opts.logsDir, name), x);
+    saveLogs(join(opts.logsDir, name), r.logs);
     // A launcher stopped from inside the sandbox (killed, its records cut or missing) is the
     // submission's doing until a control run says otherwise (grade.ts); a backend failure is not.
-    const lostRecords = r.harnessError ? undefined : (x.lostRecords ?? (r.launch?.status === "interrupted" ? `launcher interrupted: ${r.launch?.events.at(-1)?.detail ?? "signal"}` : undefined));
+    const lostRecords = r.harnessError ? undefined : (r.lostRecords ?? (r.launch?.status === "interrupted" ? `launcher interrupted: ${r.launch?.events.at(-1)?.detail ?? "signal"}` : undefined));
     const harnessError = r.harnessError;
     const tamper =
       harnessError || lostRecords
         ? hashEvidenceOnly(staged, hashesAfter, name)
-        : tamperEvidence({ session: name, ranks: spec.ranks, cases: r.cases, integrity: x.integrity, events: r.launch?.events, map: staged.map, canaries: plan.canaries, hashesBefore: staged.hashes, hashesAfter, extra });
+        : tamperEvidence({ session: name, ranks: spec.ranks, cases: r.cases, integrity: r.integrity, events: r.launch?.events, map: staged.map, canaries: plan.canaries, hashesBefore: staged.hashes, hashesAfter, extra });
     const canaryCases = r.cases.filter((c) => mapCaseId(staged.map, c.id)?.suite === "canary");
     const result: SessionResult = {
       key,

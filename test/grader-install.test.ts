@@ -278,9 +278,12 @@ describe("tamper verdict (pure)", () => {
       expect.stringMatching(/rank 1: the recording plugin and pytest's own JUnit report disagree on 2 test\(s\): infradev_probes\/test_probe\.py::test_mean: plugin failed, junit passed/),
     ]);
     // Forged passes appended to the plugin's records: more passes than pytest counted.
-    expect(tamperEvidence(input({ integrity: one({ plugin: counts(4, 0) }) }))).toEqual([expect.stringMatching(/rank 1: the recording plugin's counts \(4 passed, 0 failed, 0 errors, 0 skipped\) disagree with pytest's summary line \(2 passed, 2 failed/)]);
-    // A teardown error: one test in the plugin, two entries in pytest's summary: not evidence.
-    const teardown = one({ plugin: counts(1, 2, 1), summary: counts(2, 2, 1), pytest_junit: junit({ [OFFICIAL]: "error", [PROBE]: "failed", [PASS]: "passed", [FAIL]: "failed" }) });
+    expect(tamperEvidence(input({ integrity: one({ plugin: counts(4, 0) }) }))).toEqual([
+      expect.stringMatching(/rank 1: the recording plugin's counts \(4 passed, 0 failed, 0 errors, 0 skipped\) disagree with pytest's summary line \(2 passed, 2 failed/),
+      expect.stringMatching(/rank 1: the recording plugin's counts \(4 passed, 0 failed, 0 errors, 0 skipped\) disagree with pytest's own JUnit report \(2 passed, 2 failed/),
+    ]);
+    // A teardown error after a passed call: one pass and one error in all three (summary units), one test outcome "error".
+    const teardown = one({ plugin: counts(2, 2, 1), summary: counts(2, 2, 1), pytest_junit: { ...counts(2, 2, 1), outcomes: { [OFFICIAL]: "error", [PROBE]: "failed", [PASS]: "passed", [FAIL]: "failed" } } });
     const cases = honestCases().map((c) => (c.id === OFFICIAL ? mc(OFFICIAL, "passed", "error") : c));
     expect(tamperEvidence(input({ cases, integrity: teardown }))).toEqual([]);
   });

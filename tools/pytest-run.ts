@@ -82,7 +82,7 @@ export function registerPytestRunTool(server: McpServer, deps: ToolDeps): void {
         onProgress: (done, total) => ctx.progress(done, total, `${done}/${total} tests done`),
       });
       const durationMs = Date.now() - started;
-      const resultsDir = hostToSandboxPath(run.hostOutDir, sandbox.hostRepoDir, sandbox.repoDir) ?? run.hostOutDir;
+      const resultsDir = run.sandboxOutDir;
       const trace = { exit_code: run.exec.exitCode, ranks, mode: env.mode, status: run.launch?.status ?? "harness_error", tests: run.cases.length };
       if (run.harnessError) {
         return { ...errorResult(`pytest_run: the launcher could not run the tests (not a test failure): ${run.harnessError}\nper-rank logs: ${resultsDir}`), trace };
