@@ -109,14 +109,16 @@ describe("tamper verdict on real ranks", () => {
         "import atexit, json, os",
         "",
         "",
+        "def _files():",
+        "    mine = 'rank%s.' % os.environ.get('RANK', '0')",
+        "    for base, _dirs, files in os.walk(os.getcwd()):",
+        "        for name in files:",
+        "            if name.startswith(mine) and name.endswith('.jsonl'):",
+        "                yield os.path.join(base, name)",
+        "",
+        "",
         "def _forge():",
-        "    for fd in os.listdir('/proc/self/fd'):",
-        "        try:",
-        "            path = os.readlink('/proc/self/fd/' + fd)",
-        "        except OSError:",
-        "            continue",
-        "        if not path.endswith('.jsonl'):",
-        "            continue",
+        "    for path in list(_files()):",
         "        with open(path, encoding='utf-8') as f:",
         "            lines = [l for l in f.read().splitlines() if l.strip()]",
         "        forged = []",
@@ -143,7 +145,9 @@ describe("tamper verdict on real ranks", () => {
     const out = await grade(patch);
     expect(out.result.status, JSON.stringify(out.result.tamper_evidence)).toBe("tampered");
     zero(out.result);
-    expect(out.result.tamper_evidence.join("\n")).toMatch(/never installed|disagree|canary/);
+    // The appended lines make the plugin count more than pytest itself did, and name a test never installed.
+    expect(out.result.tamper_evidence.join("\n")).toMatch(/rank [01]: the recording plugin.s counts \(.*\) disagree with pytest.s summary line/);
+    expect(out.result.tamper_evidence.join("\n")).toMatch(/never installed: tests\/test_forged\.py::test_forged/);
   }, 60_000);
 
   it("a package that SIGTERMs the launcher at import is the submission's: graded 0 with the reason (the control run keeps its records), not a harness fault", async () => {
