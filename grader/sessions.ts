@@ -228,7 +228,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
     const tamper =
       harnessError || lostRecords
         ? hashEvidenceOnly(staged, hashesAfter, name)
-        : tamperEvidence({ session: name, ranks: spec.ranks, cases: r.cases, integrity: r.integrity, events: r.launch?.events, map: staged.map, canaries: plan.canaries, hashesBefore: staged.hashes, hashesAfter, extra });
+        : tamperEvidence({ session: name, ranks: spec.ranks, cases: r.cases, integrity: r.integrity, events: r.launch?.events, map: staged.map, canaries: plan.canaries, hashesBefore: staged.hashes, hashesAfter, extra, collectionErrors: collectionErrorIds(r.launch) });
     const canaryCases = r.cases.filter((c) => mapCaseId(staged.map, c.id)?.suite === "canary");
     const result: SessionResult = {
       key,
@@ -249,6 +249,12 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
     opts.onProgress?.(`${name}: ${summarize(result)} in ${result.duration_s.toFixed(1)} s${tamper.length ? ` — TAMPER EVIDENCE: ${tamper.length} line(s)` : ""}${lostRecords ? ` — records lost: ${lostRecords}` : ""}`);
   }
   return { sessions, reused, tamperEvidence: evidence(), lostRecords: lost() };
+}
+
+/** The ids the launcher reported collection errors under (installed names). */
+function collectionErrorIds(launch: LaunchSummary | null): string[] {
+  const raw = (launch?.collection_errors ?? []) as Array<{ file?: string; nodeid?: string }>;
+  return raw.flatMap((e) => [e.nodeid, e.file].filter((x): x is string => typeof x === "string" && x.length > 0));
 }
 
 /** Without records to check, the staged files' hashes still are. */

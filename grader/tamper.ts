@@ -51,6 +51,8 @@ export interface TamperInput {
   hashesAfter: Readonly<Record<string, string>>;
   /** Installed → real text replacements beyond the map (the probe folder's name). */
   extra?: ReadonlyArray<[string, string]>;
+  /** Node ids / files the plugin reported as collection errors (pytest's junit reports each as an error case). */
+  collectionErrors?: readonly string[];
 }
 
 const DISTURBING = new Set(["hang", "crash", "run_timeout", "interrupted"]);
@@ -69,7 +71,7 @@ function disturbedRanks(events: readonly LaunchEvent[], ranks: number): Set<numb
 const failures = (c: OutcomeCounts) => c.failed + c.error;
 const fmt = (c: OutcomeCounts) => `${c.passed} passed, ${c.failed} failed, ${c.error} errors, ${c.skipped} skipped`;
 
-function integrityEvidence(rec: RankIntegrityRecord, cases: readonly MergedCase[], say: (s: string) => string): string[] {
+function integrityEvidence(rec: RankIntegrityRecord, cases: readonly MergedCase[], collectionErrors: ReadonlySet<string>, say: (s: string) => string): string[] {
   const out: string[] = [];
   const r = rec.rank;
   const junit = rec.pytest_junit;
@@ -91,6 +93,8 @@ function integrityEvidence(rec: RankIntegrityRecord, cases: readonly MergedCase[
     const seen = new Set<string>();
     for (const [id, o] of Object.entries(junit.outcomes)) {
       seen.add(id);
+      // A file that failed to import: pytest's junit has an error case for it, the plugin a collection error.
+      if (o === "error" && collectionErrors.has(id)) continue;
       const rc = cases.find((c) => c.id === id)?.ranks.find((x) => x.rank === r);
       const mine = rc?.outcome ?? "missing";
       if (mine !== o) mismatched.push(`${say(id)}: plugin ${mine}, junit ${o}`);
@@ -140,7 +144,7 @@ export function tamperEvidence(input: TamperInput): string[] {
   // Independent records of each rank.
   for (const rec of input.integrity ?? []) {
     if (disturbed.has(rec.rank)) continue;
-    for (const e of integrityEvidence(rec, input.cases, say)) out.push(`${input.session}: ${e}`);
+    for (const e of integrityEvidence(rec, input.cases, new Set(input.collectionErrors ?? []), say)) out.push(`${input.session}: ${e}`);
   }
 
   for (const e of hashEvidence(input.hashesBefore, input.hashesAfter, say)) out.push(`${input.session}: ${e}`);

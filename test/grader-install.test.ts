@@ -288,6 +288,15 @@ describe("tamper verdict (pure)", () => {
     expect(tamperEvidence(input({ cases, integrity: teardown }))).toEqual([]);
   });
 
+  it("a module that fails to import is an error case in pytest's junit and a collection error in the plugin's records: not evidence", () => {
+    const broken = "tests/test_aaaaaaaaaa.py";
+    const cases = honestCases().filter((c) => c.id !== OFFICIAL);
+    const integrity = [0, 1].map((rank) => ({ rank, exit_code: 1, plugin: counts(1, 2, 1), summary: counts(1, 2, 1), pytest_junit: { ...counts(1, 2, 1), outcomes: { [broken]: "error" as const, [PROBE]: "failed" as const, [PASS]: "passed" as const, [FAIL]: "failed" as const } } }));
+    expect(tamperEvidence(input({ cases, integrity, collectionErrors: [broken] }))).toEqual([]);
+    // The same error case with no collection error behind it is a disagreement.
+    expect(tamperEvidence(input({ cases, integrity }))).toEqual([expect.stringMatching(/rank 0: .*disagree on 1 test\(s\): tests\/test_ops\.py: plugin missing, junit error/), expect.stringMatching(/rank 1: /)]);
+  });
+
   it("results that name a test never installed are evidence (the id as the ranks reported it, real names where known)", () => {
     const forged = [...honestCases(), mc("tests/test_forged.py::test_x", "passed", "passed"), mc("tests/test_aaaaaaaaaa.py::test_zzz", "passed", "passed")];
     expect(tamperEvidence(input({ cases: forged, integrity: undefined }))).toEqual([
