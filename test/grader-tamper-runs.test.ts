@@ -162,6 +162,21 @@ describe("tamper verdict on real ranks", () => {
     expect(meta.lost_records).toHaveLength(1);
   }, 90_000);
 
+  it("when the control run (fresh base, canaries only) loses its records too, the harness is at fault: nothing scored", async () => {
+    const patch = await hostile("kill-launcher-2", "import os, signal\n\nos.kill(os.getppid(), signal.SIGTERM)\n");
+    // The second sandbox is the control's: a harness whose launcher never reports (its command exits 1 at once).
+    let made = 0;
+    const broken: SandboxFactory = async (args) => {
+      const sb = await sandboxFactory(args);
+      if (++made < 2) return sb;
+      return new Proxy(sb, { get: (t, k) => (k === "exec" ? (_argv: string[], o?: Parameters<typeof sb.exec>[1]) => t.exec(["sh", "-c", "exit 1"], o) : Reflect.get(t, k)) });
+    };
+    const out = await gradeSubmission({ task, patchFile: patch, outDir: join(root, "out-control"), calibration, sandboxFactory: broken });
+    expect(made).toBe(2);
+    expect(out.result).toMatchObject({ status: "harness_fault", score: null, passed: null });
+    expect(out.result.reason).toMatch(/^harness fault \(not the submission's\): records lost: cpu\.all: .*; the control run lost its records too: /);
+  }, 90_000);
+
   it("a package that rewrites the staged tests from inside the sandbox cannot: they are read-only, the verdict stands", async () => {
     const patch = await hostile(
       "rewrite-tests",
