@@ -179,7 +179,8 @@ export async function installGradingTests(task: GraderTask, ws: GradingWorkspace
       probeDir = `${d}/${name}`;
       const canaries = writeCanarySources(join(sources, "canaries"));
       jobs.push({ src: task.hidden.probesDir, dest: join(dest, name), rel: probeDir, real: PROBES_DIR, suite: "probe", rename_helpers: true });
-      jobs.push({ src: canaries.official, dest, rel: d, real: `${CANARIES_REAL_DIR}/official`, suite: "canary" });
+      // Beside the official tests when this dir holds some (else the official run would never collect them).
+      if (src !== null) jobs.push({ src: canaries.official, dest, rel: d, real: `${CANARIES_REAL_DIR}/official`, suite: "canary" });
       jobs.push({ src: canaries.probe, dest: join(dest, name), rel: probeDir, real: `${CANARIES_REAL_DIR}/probe`, suite: "canary" });
     }
   }
