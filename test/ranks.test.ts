@@ -70,13 +70,14 @@ describe("runRanks", () => {
     const r = await runRanks(sandbox, {
       ranks: 2,
       pytestArgs: ["test_ranks.py"],
-      outDir: ".infradev/results/ranks-test",
+      outDir: `.infradev/results/ranks-test-${process.pid}`,
       perTestTimeoutSec: perTest,
       runTimeoutSec: 300,
       onProgress: (done, total) => progress.push([done, total]),
     });
     const elapsed = (Date.now() - started) / 1000;
     expect(r.harnessError).toBeUndefined();
+    expect(r.lostRecords).toBeUndefined();
     const byId = Object.fromEntries(r.cases.map((c) => [c.id.split("::")[1], c]));
     expect(byId.test_sum).toMatchObject({ outcome: "passed" });
     expect(byId.test_rank1_blocks).toMatchObject({ outcome: "error", reason: "hang" });
@@ -96,14 +97,21 @@ describe("runRanks", () => {
     expect(progress.length).toBeGreaterThan(0);
     expect(progress.at(-1)![1]).toBe(5);
     expect(processesMatching(MARKER)).toEqual([]);
-    expect(processesMatching(r.hostOutDir)).toEqual([]);
+    expect(processesMatching(`ranks-test-${process.pid}`)).toEqual([]);
+    // Progress came from the launcher's stderr stream: it counts up to the total and ends there.
+    expect(progress.map(([d]) => d)).toEqual([...progress.map(([d]) => d)].sort((a, b) => a - b));
+    expect(progress.at(-1)).toEqual([5, 5]);
+    // Independent records per rank and session: the hang restarted the ranks (session 1).
+    expect(new Set(r.integrity.map((i) => i.session))).toEqual(new Set([0, 1]));
+    expect(r.logs.map((l) => l.name)).toEqual(expect.arrayContaining(["rank0.log", "rank1.log", "launcher.txt", "launcher.stderr"]));
   });
 
-  it("reports a launcher that cannot start as a harness fault, not as failed tests", async () => {
+  it("reports a launcher that cannot start as lost records (the sandbox ran; a control run tells whose fault), not as failed tests", async () => {
     const broken = await createSandbox({ kind: "local", hostRepoDir: dir, python: "/nonexistent/python3" });
     try {
       const r = await runRanks(broken, { ranks: 2, pytestArgs: ["test_ranks.py"], outDir: ".infradev/results/broken", perTestTimeoutSec: 5, runTimeoutSec: 30 });
-      expect(r.harnessError).toBeTruthy();
+      expect(r.harnessError).toBeUndefined();
+      expect(r.lostRecords).toMatch(/exited with code 127, not one of its own/);
       expect(r.cases).toEqual([]);
     } finally {
       await broken.close();
