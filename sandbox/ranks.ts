@@ -153,7 +153,7 @@ export function readBundle(exec: ExecResult, nonce: string): { bundle: Bundle } 
 }
 
 /** Feeds onProgress from the launcher's stderr stream (`INFRADEV-PROGRESS {"done":n,"total":m}` lines, split anywhere across chunks). */
-function progressReader(onProgress: (done: number, total: number) => void): { push(chunk: string): void; last(): number } {
+export function progressReader(onProgress: (done: number, total: number) => void): { push(chunk: string): void; last(): number } {
   let buf = "";
   let last = -1;
   return {
