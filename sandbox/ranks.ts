@@ -153,7 +153,7 @@ export function readBundle(exec: ExecResult, nonce: string): { bundle: Bundle } 
 }
 
 /** Feeds onProgress from the launcher's stderr stream (`INFRADEV-PROGRESS {"done":n,"total":m}` lines, split anywhere across chunks). */
-function progressReader(onProgress: (done: number, total: number) => void): { push(chunk: string): void; last(): number } {
+export function progressReader(onProgress: (done: number, total: number) => void): { push(chunk: string): void; last(): number } {
   let buf = "";
   let last = -1;
   return {
@@ -201,7 +201,11 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
   const nonce = randomBytes(16).toString("hex");
   const argv = [
     sandbox.python,
-    "-S", // the launcher is stdlib only: no site-packages scan (its start-up adds to every run)
+    // -I: isolated (no PYTHONPATH / PYTHON* variables, no user site, no cwd or script dir on sys.path:
+    // a task's PYTHONPATH or the repo cannot shadow what the launcher imports; it adds its own folder);
+    // -S: stdlib only, no site-packages scan (its start-up adds to every run).
+    "-I",
+    "-S",
     posix.join(sandbox.pythonHelpersDir, "infradev_launch.py"),
     "--nproc",
     String(opts.ranks),

@@ -119,6 +119,7 @@ def scratch(tmp_path):
         work = tmp_path / "work"
         work.mkdir(exist_ok=True)
         for name, body in files.items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_text(textwrap.dedent(body))
         out_dir = str(tmp_path / "out")
         cmd = [sys.executable, LAUNCHER, "--nproc", str(nproc), "--out-dir", out_dir] + list(launcher_args)

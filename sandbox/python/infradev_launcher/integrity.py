@@ -166,7 +166,9 @@ def session_integrity(cfg, result, rank, known_ids):
     ids |= set((collected or {}).get("ids") or [])
     junit = parse_pytest_junit(read_bytes(junit_name(rank, result.session), cfg.out_fd, cap=JUNIT_CAP), ids)
     start = result.log_starts[rank] if rank < len(result.log_starts) else 0
-    log = read_bytes(rank_name(rank, "log"), cfg.out_fd, cap=LOG_SEGMENT_CAP, offset=start, tail=True)
+    end = result.log_ends[rank] if rank < len(result.log_ends) else start
+    offset = max(start, end - LOG_SEGMENT_CAP)  # this session's part of the log (its end holds the summary)
+    log = read_bytes(rank_name(rank, "log"), cfg.out_fd, cap=max(0, end - offset), offset=offset) if end > offset else None
     summary = parse_summary(log.decode("utf-8", "replace")) if log else None
     return {
         "rank": rank,

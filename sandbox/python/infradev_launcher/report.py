@@ -140,18 +140,23 @@ def clean_record(rec, session):
 
 
 def rank_records(nproc, results):
-    """Every rank's records, session by session. Within a session the first record of a test is
-    the plugin's (the plugin writes one per test when it finishes; a later line for the same test is
-    not the plugin's). A later session's record of a test replaces an earlier one (a test aborted by
-    another test's hang is run again after the restart)."""
+    """Every rank's records, session by session. Within a session only tests the rank collected
+    count, and the first record of a test is the plugin's (it writes one per test when the test
+    finishes): a later line for the same test, or a line for a test the rank did not collect, is not
+    the plugin's and stays out (it still counts in the integrity's plugin counts, where it shows). A
+    later session's record of a test replaces an earlier one (a test aborted by another test's hang
+    is run again after the restart)."""
     per_rank = []
     for rank in range(nproc):
         merged = {}
         for result in results:
             recs = result.records[rank] if rank < len(result.records) else []
+            collected = result.collected[rank] if rank < len(result.collected) else None
+            allowed = set(collected["ids"]) if collected else set()
             first = {}
             for rec in recs:
-                first.setdefault(rec["nodeid"], rec)
+                if rec["nodeid"] in allowed:
+                    first.setdefault(rec["nodeid"], rec)
             merged.update(first)
             for nodeid, rec in getattr(result, "killed", {}).get(rank, {}).items():
                 if nodeid not in first:

@@ -61,6 +61,7 @@ class SessionResult:
         self.killed = {}  # rank -> {nodeid: record} of tests killed mid-run (report.killed_records)
         self.killed_ranks = []  # ranks still alive when the session was stopped (the launcher killed them)
         self.log_starts = []  # per rank: where this session's part of rank{r}.log starts
+        self.log_ends = []  # per rank: ... and where it ends (its size once the session's processes are gone)
         self.results_starts = []  # per rank: size of rank{r}.results.jsonl before the session
         self.records = []  # per rank: every record the plugin wrote this session, in order (report.session_records)
 
@@ -384,6 +385,7 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch, 
     # Every process of the session is gone: what the plugin wrote this session is read now, once
     # (a later session's code cannot rewrite it any more).
     result.records = [report.session_records(cfg, r, session, result.results_starts[r]) for r in range(cfg.nproc)]
+    result.log_ends = [file_size(rank_name(r, "log"), cfg.out_fd) for r in range(cfg.nproc)]
     result.start_failure = ranks.start_failure()
     if result.start_failure or result.event is not None:
         return result
