@@ -153,10 +153,11 @@ describe.skipIf(!plan.run)("docker sandbox: commands and isolation", () => {
           "rm -f tests/probes/test_probe.py || echo no-delete",
           "rmdir tests/probes || echo no-rmdir",
           "mv tests/probes tests/moved || echo no-move",
+          "mv tests tests_old || echo no-move-parent",
         ].join("\n"),
       ]);
       expect(r.stdout).toContain("assert True");
-      for (const w of ["no-write", "no-rename", "no-delete", "no-rmdir", "no-move"]) expect(r.stdout).toContain(w);
+      for (const w of ["no-write", "no-rename", "no-delete", "no-rmdir", "no-move", "no-move-parent"]) expect(r.stdout).toContain(w);
       expect(r.stderr).toMatch(/Read-only file system/);
       expect(readFileSync(join(probes, "test_probe.py"), "utf8")).toBe("def test_probe():\n    assert True\n");
       expect(readFileSync(join(probes, "test_probe.py"), "utf8")).not.toContain("forged");
