@@ -1,7 +1,20 @@
 /**
  * The `local` backend: every exec is one bubblewrap sandbox — read-only system folders, the workspace
  * read-write at /workspace, a private /tmp, no network but loopback, no capabilities, and every hidden
- * path that would be visible through a bind masked by an empty mount.
+ * path that would be visible through a bind masked by an empty mount. Exec logs are written by the
+ * host in a folder outside the workspace, read-only inside at /infradev/logs; read-only overlays
+ * (contract C) sit at /workspace/<rel>; each exec runs in its own pids cgroup (a process limit).
+ *
+ * What the sandbox can learn of the host layout: bwrap gets its options (every host path) on fd 4
+ * (`--args 4`), so neither its own command line nor pid 1's inside names a host path, and the
+ * environment is built from scratch (PATH, LANG, HOME, TMPDIR, INFRADEV_SANDBOX and the caller's).
+ * /proc/self/mountinfo, though, lists each bind's source path relative to its filesystem (the
+ * workspace's runs/<run-id>/workspace, the package's sandbox/python, the logs folder, the session
+ * temp), and bwrap cannot hide that: a bind mount's root is what the kernel reports. Knowing those
+ * paths gives nothing: none of them is reachable from inside (not mounted, or masked), the run id
+ * and the session temp carry random parts, and the host never follows a path the sandbox controls
+ * (logs outside the workspace, created O_EXCL|O_NOFOLLOW; overlay mount points checked with lstat
+ * and their parents bound from fds opened without following links).
  */
 import { accessSync, closeSync, constants, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, statSync } from "node:fs";
 import { spawnSync } from "node:child_process";
