@@ -7,6 +7,7 @@
  * Also: the exec logs live in runs/<run-id>/logs, and the agent can read them (only read them) at
  * the path run_shell returns; /proc inside shows no host path of the run.
  */
+import { execFileSync, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -133,4 +134,46 @@ describe.each(SANDBOX_BACKENDS.filter((b) => b !== "none"))("host safety through
     for (const hostPath of [runsDir, base, ROOT]) expect(out, hostPath).not.toContain(hostPath);
     expect(snapshot(decoy)).toEqual(decoyBefore);
   }, 120_000);
+});
+
+describe("serve --sandbox local --pids-limit", () => {
+  it("caps one command's processes; run_shell says the limit was hit; nothing survives", async () => {
+    const runsDir = mkdtempSync(join(tmpdir(), "infradev-pids-serve-"));
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, "serve", "--task", "grad-bucketing", "--sandbox", "local", "--pids-limit", "40", "--runs-dir", runsDir],
+      env: { ...(process.env as Record<string, string>), INFRADEV_LOG_LEVEL: "warn" },
+      stderr: "pipe",
+      cwd: ROOT,
+    });
+    const client = new Client({ name: "infradev-pids", version: "0" });
+    try {
+      await client.connect(transport);
+      const marker = `${900 + Math.floor(Math.random() * 90_000) / 1000}`;
+      const r = (await client.callTool({
+        name: "run_shell",
+        // dash, not bash: bash retries a refused fork for seconds before giving up.
+        arguments: { command: `sh -c 'n=0; while [ $n -lt 5000 ]; do sleep ${marker} & n=$((n+1)); done; echo started $n'`, timeout_sec: 30 },
+      })) as Result;
+      const out = r.structuredContent!;
+      expect(out.process_limit_hit).toBe(true);
+      expect(out.warning).toMatch(/process limit 40 reached/);
+      expect(out.stdout).not.toContain("started 5000");
+      const ps = execFileSync("ps", ["-eo", "args="], { encoding: "utf8" });
+      expect(ps).not.toContain(`sleep ${marker}`);
+      const ok = (await client.callTool({ name: "run_shell", arguments: { command: "true" } })) as Result;
+      expect(ok.structuredContent!.process_limit_hit).toBe(false);
+    } finally {
+      await client.close();
+      rmSync(runsDir, { recursive: true, force: true });
+    }
+  }, 120_000);
+
+  it("refuses --pids-limit with --sandbox none, and a limit that is not a whole number > 0", () => {
+    for (const args of [["--sandbox", "none", "--pids-limit", "40"], ["--sandbox", "local", "--pids-limit", "0"]]) {
+      const r = spawnSync(process.execPath, [CLI, "serve", "--task", "grad-bucketing", ...args], { encoding: "utf8", cwd: ROOT, timeout: 30_000 });
+      expect(r.status, args.join(" ")).not.toBe(0);
+      expect(r.stderr).toMatch(/--pids-limit|whole number/);
+    }
+  });
 });
