@@ -56,6 +56,11 @@ export interface ContainerSpecInput {
   readOnlyMounts: ReadOnlyMount[];
   /** Host folders mounted read-only at /workspace/<rel> (nested in the workspace mount). */
   overlays?: Array<{ host: string; rel: string }>;
+  /**
+   * Workspace folders between /workspace and the overlays (rels), bound onto themselves so that they
+   * are mount points: a command can neither rename nor remove them, hence cannot move an overlay away.
+   */
+  overlayParents?: string[];
   /** Host folder of the exec logs, mounted read-only at /infradev/logs. */
   hostLogDir?: string;
   hostSystemMounts: boolean;
@@ -141,6 +146,7 @@ export function buildContainerSpec(input: ContainerSpecInput): Docker.ContainerC
   const binds: string[] = [
     `${input.hostRepoDir}:${CONTAINER_WORKSPACE}:rw`,
     `${input.hostPythonHelpersDir}:${CONTAINER_PYTHON_HELPERS}:ro`,
+    ...(input.overlayParents ?? []).map((rel) => `${input.hostRepoDir}/${rel}:${CONTAINER_WORKSPACE}/${rel}:rw`),
     ...(input.overlays ?? []).map((o) => `${o.host}:${CONTAINER_WORKSPACE}/${o.rel}:ro`),
     ...input.readOnlyMounts.map((m) => `${m.host}:${m.sandbox}:ro`),
     ...(input.hostLogDir ? [`${input.hostLogDir}:${CONTAINER_LOG_DIR}:ro`] : []),

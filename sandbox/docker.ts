@@ -26,7 +26,7 @@ import { processStartTime } from "./docker-prune.js";
 import { DockerSandbox } from "./docker-sandbox.js";
 import { CONTAINER_PYTHON_HELPERS, LABEL, buildContainerSpec, type GpuRequest, type ResolvedLimits } from "./docker-spec.js";
 import { DEFAULT_KILL_GRACE_MS, DEFAULT_TIMEOUT_SEC } from "./exec-common.js";
-import { checkOverlayRel, realpathOrNull, type ReadOnlyMount, type ReadOnlyOverlay } from "./local-mounts.js";
+import { checkOverlayRel, nestedOverlay, overlayParents, realpathOrNull, type ReadOnlyMount, type ReadOnlyOverlay } from "./local-mounts.js";
 import { prepareLogDir, releaseLogDir } from "./log-dir.js";
 import { mkdirInside } from "../lib/safe-fs.js";
 import { DEFAULT_MAX_OUTPUT_BYTES } from "./output-capture.js";
@@ -142,6 +142,8 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
       const bad = checkOverlayRel(o.rel);
       if (bad) throw new Error(`docker sandbox: read-only overlay ${o.host}: ${bad}`);
     }
+    const nested = nestedOverlay(overlays);
+    if (nested) throw new Error(`docker sandbox: ${nested}`);
     mounts = planDockerMounts({ workspace: hostRepoDir, helpers, readOnlyMounts: opts.readOnlyMounts ?? [], overlays, hostSystemMounts, hidden });
   } catch (err) {
     throw new DockerSandboxError((err as Error).message, "bad_options");
@@ -190,6 +192,7 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
     hostPythonHelpersDir: helpers,
     readOnlyMounts: mounts.readOnlyMounts,
     overlays: mounts.overlays,
+    overlayParents: overlayParents(mounts.overlays),
     hostLogDir: logDir.hostDir,
     hostSystemMounts,
     gpus: opts.gpus,

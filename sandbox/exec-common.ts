@@ -100,7 +100,12 @@ export interface HostProcessSpec {
    * (`--args 4`), so that no host path shows in its command line (/proc/<pid>/cmdline).
    */
   argsFdData?: Buffer;
+  /** Open fds of this process handed to the child at fd 5, 6, ... (bwrap's --bind-fd). The caller closes them. */
+  extraFds?: number[];
 }
+
+/** The fd number the first of extraFds arrives on. */
+export const EXTRA_FD_BASE = 5;
 
 /** The fd number argsFdData arrives on. */
 export const ARGS_FD = 4;
@@ -131,9 +136,11 @@ export function runHostProcess(spec: HostProcessSpec): Promise<HostProcessOutcom
   }
   return new Promise((resolve) => {
     let ready = !spec.readyFd;
-    const stdio: Array<"ignore" | "pipe"> = ["ignore", "pipe", "pipe"];
-    if (spec.readyFd || spec.argsFdData) stdio.push(spec.readyFd ? "pipe" : "ignore");
-    if (spec.argsFdData) stdio.push("pipe");
+    const stdio: Array<"ignore" | "pipe" | number> = ["ignore", "pipe", "pipe"];
+    const extra = spec.extraFds ?? [];
+    if (spec.readyFd || spec.argsFdData || extra.length) stdio.push(spec.readyFd ? "pipe" : "ignore");
+    if (spec.argsFdData || extra.length) stdio.push(spec.argsFdData ? "pipe" : "ignore");
+    stdio.push(...extra);
     const [cmd, ...args] = spec.argv as [string, ...string[]];
     const child = spawn(cmd, args, { cwd: spec.cwd, env: spec.env, detached: true, stdio });
 

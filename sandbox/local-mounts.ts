@@ -34,6 +34,31 @@ export function checkOverlayRel(rel: string): string | null {
   return null;
 }
 
+/** An error when one overlay lies inside another (its mount point would be in a read-only folder), else null. */
+export function nestedOverlay(overlays: ReadOnlyOverlay[]): string | null {
+  for (const a of overlays) {
+    for (const b of overlays) {
+      if (a !== b && (a.rel === b.rel || b.rel.startsWith(`${a.rel}/`))) return `read-only overlay ${b.rel} lies inside (or is) overlay ${a.rel}; give disjoint rels`;
+    }
+  }
+  return null;
+}
+
+/**
+ * The folders between the workspace and each overlay's mount point (`a`, `a/b` for `a/b/c`), which
+ * the local backend binds onto themselves so that they are mount points too: a command can then
+ * neither rename nor remove them, so it cannot move an overlay away and put a forged folder in its
+ * place within one exec. Shallowest first.
+ */
+export function overlayParents(overlays: ReadOnlyOverlay[]): string[] {
+  const out = new Set<string>();
+  for (const o of overlays) {
+    const parts = o.rel.split("/");
+    for (let i = 1; i < parts.length; i++) out.add(parts.slice(0, i).join("/"));
+  }
+  return [...out].sort((x, y) => x.split("/").length - y.split("/").length || x.localeCompare(y));
+}
+
 export interface Bind {
   kind: "ro" | "rw" | "dev";
   /** Host path as given to bwrap. */
@@ -178,7 +203,7 @@ export interface LocalMountInput {
  * Every bind of the sandbox, in bwrap order (a mount inside another comes after it), or an Error
  * naming the mount that is not allowed and why. Masks are not included: they are computed per exec.
  */
-export function planLocalMounts(input: LocalMountInput): { args: string[]; binds: Bind[] } {
+export function planLocalMounts(input: LocalMountInput): { args: string[]; binds: Bind[]; overlayArgs: string[] } {
   for (const h of input.hidden) {
     if ((realpathOrNull(h) ?? h) === input.workspace) throw new Error(`the workspace ${input.workspace} is itself a hidden path`);
   }
@@ -200,6 +225,9 @@ export function planLocalMounts(input: LocalMountInput): { args: string[]; binds
     { kind: "rw", source: input.workspace, realSource: input.workspace, dest: "/workspace" },
     { kind: "ro", source: input.helpers, realSource: input.helpers, dest: "/opt/infradev/python" },
   );
+  const overlayArgs: string[] = [];
+  const nested = nestedOverlay(input.overlays ?? []);
+  if (nested) throw new Error(nested);
   for (const o of input.overlays ?? []) {
     const bad = checkOverlayRel(o.rel);
     const real = realpathOrNull(resolve(o.host));
@@ -211,7 +239,7 @@ export function planLocalMounts(input: LocalMountInput): { args: string[]; binds
       (real !== null ? hiddenForbidding(input.hidden, real, input.workspace) && `it lies inside hidden path ${hiddenForbidding(input.hidden, real, input.workspace)}` : null);
     if (why) throw new Error(`read-only overlay ${o.host} -> <workspace>/${o.rel}: ${why}`);
     const dest = posix.join("/workspace", o.rel);
-    args.push("--ro-bind", real!, dest);
+    overlayArgs.push("--ro-bind", real!, dest);
     binds.push({ kind: "ro", source: real!, realSource: real!, dest });
   }
   if (input.logDir) {
@@ -234,5 +262,5 @@ export function planLocalMounts(input: LocalMountInput): { args: string[]; binds
     args.push("--ro-bind", real!, m.sandbox);
     binds.push({ kind: "ro", source: real!, realSource: real!, dest: m.sandbox });
   }
-  return { args, binds };
+  return { args, binds, overlayArgs };
 }

@@ -1,9 +1,22 @@
 /**
  * The `local` backend: every exec is one bubblewrap sandbox — read-only system folders, the workspace
  * read-write at /workspace, a private /tmp, no network but loopback, no capabilities, and every hidden
- * path that would be visible through a bind masked by an empty mount.
+ * path that would be visible through a bind masked by an empty mount. Exec logs are written by the
+ * host in a folder outside the workspace, read-only inside at /infradev/logs; read-only overlays
+ * (contract C) sit at /workspace/<rel>; each exec runs in its own pids cgroup (a process limit).
+ *
+ * What the sandbox can learn of the host layout: bwrap gets its options (every host path) on fd 4
+ * (`--args 4`), so neither its own command line nor pid 1's inside names a host path, and the
+ * environment is built from scratch (PATH, LANG, HOME, TMPDIR, INFRADEV_SANDBOX and the caller's).
+ * /proc/self/mountinfo, though, lists each bind's source path relative to its filesystem (the
+ * workspace's runs/<run-id>/workspace, the package's sandbox/python, the logs folder, the session
+ * temp), and bwrap cannot hide that: a bind mount's root is what the kernel reports. Knowing those
+ * paths gives nothing: none of them is reachable from inside (not mounted, or masked), the run id
+ * and the session temp carry random parts, and the host never follows a path the sandbox controls
+ * (logs outside the workspace, created O_EXCL|O_NOFOLLOW; overlay mount points checked with lstat
+ * and their parents bound from fds opened without following links).
  */
-import { accessSync, constants, mkdirSync, mkdtempSync, realpathSync, rmSync, statSync } from "node:fs";
+import { accessSync, closeSync, constants, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, statSync } from "node:fs";
 import { spawnSync } from "node:child_process";
 import { tmpdir } from "node:os";
 import { basename, delimiter, join, posix, relative, resolve } from "node:path";
@@ -14,6 +27,7 @@ import { pythonHelpersDir } from "../lib/paths.js";
 import {
   ARGS_FD,
   DEFAULT_KILL_GRACE_MS,
+  EXTRA_FD_BASE,
   DEFAULT_TIMEOUT_SEC,
   SandboxUnavailableError,
   effectiveTimeoutSec,
@@ -22,7 +36,18 @@ import {
   logHeaderLines,
   runHostProcess,
 } from "./exec-common.js";
-import { type Bind, type ReadOnlyMount, type ReadOnlyOverlay, checkOverlayRel, maskArgs, nvidiaDevices, planLocalMounts, realpathOrNull } from "./local-mounts.js";
+import {
+  type Bind,
+  type ReadOnlyMount,
+  type ReadOnlyOverlay,
+  checkOverlayRel,
+  maskArgs,
+  nestedOverlay,
+  nvidiaDevices,
+  overlayParents,
+  planLocalMounts,
+  realpathOrNull,
+} from "./local-mounts.js";
 import { SANDBOX_LOG_DIR, prepareLogDir, releaseLogDir, type HostLogDir } from "./log-dir.js";
 import { PRE_EXEC_SCRIPT, PidsLimiter, type PidsMechanism } from "./pids-limit.js";
 import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
@@ -131,6 +156,10 @@ interface LocalConfig {
   logHeadBytes?: number;
   logTailBytes?: number;
   overlays: ReadOnlyOverlay[];
+  /** `--ro-bind <host> /workspace/<rel>` for each overlay. */
+  overlayArgs: string[];
+  /** Folders between the workspace and the overlays' mount points, bound onto themselves (see overlayParents). */
+  overlayParents: string[];
   pids: PidsLimiter;
   sessionTmp: string | null;
   maxOutputBytes: number;
@@ -212,6 +241,8 @@ export class LocalSandbox implements Sandbox {
       const bad = checkOverlayRel(o.rel);
       if (bad) throw new Error(`local sandbox: read-only overlay ${o.host}: ${bad}`);
     }
+    const nested = nestedOverlay(overlays);
+    if (nested) throw new Error(`local sandbox: ${nested}`);
     const logDir = prepareLogDir(opts.logDir, repo, "local");
     let pids: PidsLimiter;
     try {
@@ -223,7 +254,7 @@ export class LocalSandbox implements Sandbox {
     if (pids.warning) logger.warn({ mechanism: pids.mechanism, limit: pids.limit }, pids.warning);
     const sessionTmp = (opts.tmp ?? "session") === "session" ? mkdtempSync(join(tmpdir(), "infradev-local-")) : null;
     if (sessionTmp) mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
-    let mounts: { args: string[]; binds: Bind[] };
+    let mounts: { args: string[]; binds: Bind[]; overlayArgs: string[] };
     try {
       // The overlays' mount points, made by the host one checked component at a time.
       for (const o of overlays) mkdirInside(repo, o.rel);
@@ -259,6 +290,8 @@ export class LocalSandbox implements Sandbox {
       logHeadBytes: opts.logHeadBytes,
       logTailBytes: opts.logTailBytes,
       overlays,
+      overlayArgs: mounts.overlayArgs,
+      overlayParents: overlayParents(overlays),
       pids,
       sessionTmp,
       maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
@@ -299,10 +332,40 @@ export class LocalSandbox implements Sandbox {
     return [this.cfg.bwrapPath, ...this.bwrapOptions(), "--", ...this.sandboxCommand(argv, cwd)];
   }
 
-  /** bwrap's options: every host path of the sandbox is in here (passed on fd 4 by exec()). */
-  private bwrapOptions(): string[] {
+  /**
+   * bwrap's options: every host path of the sandbox is in here (passed on fd 4 by exec()). With
+   * `parentFds` (exec), the overlays' parent folders are bound from fds the host opened without
+   * following any link; without (bwrapCommand), by path.
+   */
+  private bwrapOptions(parentFds?: number[]): string[] {
     const masks = maskArgs(this.cfg.hidden, this.cfg.binds).args;
-    return [...this.cfg.staticArgs, ...masks, ...this.cfg.finalArgs, "--chdir", "/"];
+    const parents = this.cfg.overlayParents.flatMap((rel, i) =>
+      parentFds ? ["--bind-fd", String(EXTRA_FD_BASE + i), posix.join(LOCAL_WORKSPACE, rel)] : ["--bind", join(this.hostRepoDir, rel), posix.join(LOCAL_WORKSPACE, rel)],
+    );
+    return [...this.cfg.staticArgs, ...parents, ...this.cfg.overlayArgs, ...masks, ...this.cfg.finalArgs, "--chdir", "/"];
+  }
+
+  /**
+   * Opens the overlays' parent folders for --bind-fd, each component with O_NOFOLLOW|O_DIRECTORY
+   * relative to the one above it (through /proc/self/fd), so a link the sandbox planted is never
+   * followed: a host path resolved by bwrap could be swapped for a link to anywhere on the host by
+   * a command running at the same time.
+   */
+  private openOverlayParents(): number[] {
+    const flags = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+    const opened = new Map<string, number>();
+    try {
+      for (const rel of this.cfg.overlayParents) {
+        const parts = rel.split("/");
+        const up = parts.length > 1 ? opened.get(parts.slice(0, -1).join("/")) : undefined;
+        const path = up === undefined ? join(this.hostRepoDir, parts[0]!) : `/proc/self/fd/${up}/${parts[parts.length - 1]}`;
+        opened.set(rel, openSync(path, flags));
+      }
+    } catch (e) {
+      for (const fd of opened.values()) closeSync(fd);
+      throw new Error(`local sandbox: a read-only overlay's folder changed while the exec was set up (${(e as Error).message})`);
+    }
+    return this.cfg.overlayParents.map((rel) => opened.get(rel)!);
   }
 
   /** The command bwrap starts: sandbox paths only (it stays on bwrap's command line). */
@@ -346,7 +409,8 @@ export class LocalSandbox implements Sandbox {
     const closer = new AbortController();
     const signal = opts.signal ? AbortSignal.any([opts.signal, closer.signal]) : closer.signal;
     const pids = this.cfg.pids.prepare();
-    const options = this.bwrapOptions();
+    const parentFds = this.cfg.overlayParents.length ? this.openOverlayParents() : [];
+    const options = this.bwrapOptions(parentFds);
     const pending = runHostProcess({
       // sh joins the exec's pids cgroup (or sets RLIMIT_NPROC), then becomes bwrap, which reads its
       // options from fd 4: its command line (pid 1's inside) is `bwrap --args 4 -- /bin/sh -c <wrapper> <cwd> <argv>`.
@@ -361,7 +425,10 @@ export class LocalSandbox implements Sandbox {
       killGraceMs: this.cfg.killGraceMs,
       supervisorDepth: 2,
       readyFd: true,
+      extraFds: parentFds,
     });
+    // The child holds its own copies now.
+    for (const fd of parentFds) closeSync(fd);
     this.running.set(closer, pending);
     const outcome = await pending.finally(() => this.running.delete(closer));
 

@@ -10,7 +10,7 @@
  * so every process bwrap forks is born inside.
  */
 import { randomBytes } from "node:crypto";
-import { mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 export const DEFAULT_PIDS_LIMIT = 4096;
@@ -79,6 +79,33 @@ function under(mount: { root: string; mountPoint: string }, cgPath: string): str
   return join(mount.mountPoint, cgPath.slice(root.length));
 }
 
+/** Removes the (empty) folders a server that died left here: `infradev-<pid>-*` of a pid no longer alive. */
+function pruneStale(parent: string): void {
+  let names: string[];
+  try {
+    names = readdirSync(parent);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const m = /^infradev-(\d+)-[0-9a-f]+$/.exec(name);
+    if (!m || Number(m[1]) === process.pid) continue;
+    try {
+      process.kill(Number(m[1]), 0);
+      continue; // its owner lives
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "EPERM") continue;
+    }
+    const dir = join(parent, name);
+    try {
+      for (const child of readdirSync(dir, { withFileTypes: true })) if (child.isDirectory()) rmdirSync(join(dir, child.name));
+      rmdirSync(dir);
+    } catch {
+      // still in use or not ours to remove: leave it
+    }
+  }
+}
+
 /** Makes `dir` and checks that a limit can be set in it; returns false (and removes it) otherwise. */
 function tryBase(dir: string, version: 1 | 2): boolean {
   try {
@@ -120,12 +147,14 @@ function findCgroupBase(): CgroupBase | null {
   if (own.v1pids !== undefined) {
     for (const m of mounts.filter((x) => x.fstype === "cgroup" && x.superOptions.includes("pids"))) {
       const at = under(m, own.v1pids);
+      if (at) pruneStale(at);
       if (at && tryBase(join(at, name), 1)) return { version: 1, dir: join(at, name) };
     }
   }
   if (own.v2 !== undefined) {
     for (const m of mounts.filter((x) => x.fstype === "cgroup2")) {
       const at = under(m, own.v2);
+      if (at) pruneStale(at);
       if (at && tryBase(join(at, name), 2)) return { version: 2, dir: join(at, name) };
     }
   }

@@ -4,6 +4,7 @@ import { join, resolve } from "node:path";
 import { createSnapshot } from "../tasks/snapshot.js";
 import type { PublicTask } from "../tasks/loader.js";
 import type { RunSession } from "../tools/support/deps.js";
+import { isRealFolderInside } from "../lib/safe-fs.js";
 
 /**
  * One session's folder, `runs/<run-id>/`, with constant names (a run resumes from what is there):
@@ -135,7 +136,8 @@ export async function openRun(opts: OpenRunOptions): Promise<{ session: RunDirSe
     if (state.task_id !== opts.task.id) {
       throw new Error(`--resume ${opts.resume}: that run is for task "${state.task_id}", not "${opts.task.id}"; pass --task ${state.task_id}`);
     }
-    if (!existsSync(join(paths.workspaceDir, ".git"))) throw new Error(`--resume ${opts.resume}: the workspace ${paths.workspaceDir} is missing or not a git repo`);
+    // lstat, not stat: the agent owned the workspace, and its .git may be a planted link.
+    if (!isRealFolderInside(paths.runDir, "workspace/.git")) throw new Error(`--resume ${opts.resume}: the workspace ${paths.workspaceDir} is missing or not a git repo (its .git must be a real folder)`);
     const resumed: SessionFile = { ...state, resumed_at: [...(state.resumed_at ?? []), (opts.now ?? new Date()).toISOString()] };
     writeJsonAtomic(paths.sessionFile, resumed);
     return { session: new RunDirSession(paths, resumed), resumed: true };

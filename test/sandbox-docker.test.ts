@@ -137,6 +137,36 @@ describe.skipIf(!plan.run)("docker sandbox: commands and isolation", () => {
     }
   });
 
+  it("read-only overlays (contract C): nested in the workspace, cannot be written, renamed or deleted; host copy unchanged", async () => {
+    const probes = join(task.root, "overlay-probes");
+    mkdirSync(probes);
+    writeFileSync(join(probes, "test_probe.py"), "def test_probe():\n    assert True\n");
+    const ov = await openTestSandbox(task, { readOnlyOverlays: [{ host: probes, rel: "tests/probes" }], sessionId: `vitest-overlay-${process.pid}` });
+    try {
+      const r = await ov.exec([
+        "sh",
+        "-c",
+        [
+          "cat tests/probes/test_probe.py",
+          "echo forged > tests/probes/test_probe.py || echo no-write",
+          "mv tests/probes/test_probe.py tests/probes/x.py || echo no-rename",
+          "rm -f tests/probes/test_probe.py || echo no-delete",
+          "rmdir tests/probes || echo no-rmdir",
+          "mv tests/probes tests/moved || echo no-move",
+          "mv tests tests_old || echo no-move-parent",
+        ].join("\n"),
+      ]);
+      expect(r.stdout).toContain("assert True");
+      for (const w of ["no-write", "no-rename", "no-delete", "no-rmdir", "no-move", "no-move-parent"]) expect(r.stdout).toContain(w);
+      expect(r.stderr).toMatch(/Read-only file system/);
+      expect(readFileSync(join(probes, "test_probe.py"), "utf8")).toBe("def test_probe():\n    assert True\n");
+      expect(readFileSync(join(probes, "test_probe.py"), "utf8")).not.toContain("forged");
+    } finally {
+      await ov.close();
+    }
+    await expect(openTestSandbox(task, { readOnlyOverlays: [{ host: probes, rel: "../escape" }] })).rejects.toThrow(/rel/);
+  });
+
   it("cannot write outside the workspace (read-only root, system and helper mounts)", async () => {
     for (const target of ["/usr/x", "/etc/x", "/x", "/opt/infradev/python/x", "/cache/hf/x", "/home/x", "/root/x", "/sbin/x"]) {
       const r = await sb.exec(["sh", "-c", `echo pwned > ${target}`]);

@@ -182,13 +182,30 @@ describe("local sandbox: read-only overlays (contract C)", () => {
     expect(snapshot(overlayHost)).toEqual(before);
   });
 
-  it("a mount point replaced by a link (parent renamed) is put back before the next exec", async () => {
-    const r = await sb.exec(["bash", "-c", "mv tests tests_old && mkdir -p /tmp/fake/probes && echo forged > /tmp/fake/probes/test_probe.py && ln -s /tmp/fake tests && cat tests/probes/test_probe.py"]);
-    expect(r.stdout).toBe("forged\n");
-    expect(lstatSync(join(workspace, "tests")).isSymbolicLink()).toBe(true);
+  it("an overlay cannot be moved away within an exec: its parent folders are mount points too", async () => {
+    const r = await sb.exec([
+      "bash",
+      "-c",
+      "mv tests tests_old || echo no-move-parent; rm -rf tests || echo no-rm-parent; ls tests; echo new > tests/own.txt && echo parent-writable; cat tests/probes/test_probe.py",
+    ]);
+    expect(r.stdout).toContain("no-move-parent");
+    expect(r.stdout).toContain("no-rm-parent");
+    expect(r.stdout).toContain("parent-writable");
+    expect(r.stdout).toContain("assert True");
+    expect(r.stderr).toMatch(/Device or resource busy/);
+    expect(existsSync(join(workspace, "tests_old"))).toBe(false);
+    expect(readFileSync(join(overlayHost, "test_probe.py"), "utf8")).toContain("assert True");
+  });
+
+  it("a mount point found replaced by a link is put back (the link removed, never followed) before the next exec", async () => {
+    rmSync(join(workspace, "tests"), { recursive: true, force: true });
+    symlinkSync(decoy, join(workspace, "tests"));
+    const before = snapshot(decoy);
     const next = await sb.exec(["cat", "tests/probes/test_probe.py"]);
     expect(next.stdout).toContain("assert True");
     expect(lstatSync(join(workspace, "tests")).isDirectory()).toBe(true);
+    expect(lstatSync(join(workspace, "tests")).isSymbolicLink()).toBe(false);
+    expect(snapshot(decoy)).toEqual(before);
   });
 
   it("refuses a bad rel or a host folder inside the workspace", async () => {

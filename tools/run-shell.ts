@@ -36,6 +36,7 @@ export const RunShellOutput = z.object({
   log_truncated_bytes: z
     .number()
     .int()
+    .min(0)
     .describe("bytes the stored log dropped: it keeps the head and the tail of the output (8 MiB each by default) with a marker line between; 0 when it holds all"),
   process_limit_hit: z.boolean().describe("true when the command reached the sandbox's process limit (forks were refused)"),
   duration_ms: z.number(),
