@@ -35,8 +35,8 @@ def free_port():
 
 
 def run_launcher(work, nproc, out):
-    # -S as runRanks starts it (sandbox/ranks.ts): the launcher needs no site-packages.
-    cmd = [sys.executable, "-S", os.path.join(SANDBOX_PY, "infradev_launch.py"), "--nproc", str(nproc), "--out-dir", out, "--", "-q", "test_trivial.py"]
+    # -I -S as runRanks starts it (sandbox/ranks.ts): the launcher needs no site-packages.
+    cmd = [sys.executable, "-I", "-S", os.path.join(SANDBOX_PY, "infradev_launch.py"), "--nproc", str(nproc), "--out-dir", out, "--", "-q", "test_trivial.py"]
     t0 = time.perf_counter()
     code = subprocess.run(cmd, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
     elapsed = time.perf_counter() - t0

@@ -1,8 +1,9 @@
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { bundledTasksDir } from "../lib/paths.js";
 import { DEMO_HEADER, demoExpectationFailures, demoJson, demoTableRows, runDemo } from "../grader/demo.js";
-import { DEFAULT_OUT, addGraderOptions, graderSandboxFactoryFromFlags, progressToStderr, type GraderCliOptions } from "./grade.js";
+import { defaultResultsDir } from "../grader/results-dir.js";
+import { addGraderOptions, graderSandboxFactoryFromFlags, progressToStderr, type GraderCliOptions } from "./grade.js";
 import { formatTable } from "./tasks.js";
 
 export function registerDemoCommands(program: Command): void {
@@ -11,7 +12,7 @@ export function registerDemoCommands(program: Command): void {
     .description(
       "grade, for every bundled task runnable here (or --tasks-dir's: the task author's acceptance check), the golden patch, each adversarial patch, the hollow patch, the pre-PR base as it is and an empty patch; print one table; exit 1 when an expectation fails",
     )
-    .option("--out <dir>", "results folder (complete results found there are reused)", `${DEFAULT_OUT}/demo`)
+    .option("--out <dir>", "results folder (complete results found there are reused; default <results dir>/demo, outside the package)", join(defaultResultsDir(), "demo"))
     .option("--task <id>", "only this task (repeatable; default: every task)", (v: string, prev: string[] = []) => [...prev, v])
     .option("--json", "print an array of { submission, result } on stdout");
   addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task?: string[] }) => {

@@ -6,6 +6,7 @@ import { bundledTasksDir } from "../lib/paths.js";
 import { createSandbox } from "../sandbox/index.js";
 import type { SandboxKind } from "../sandbox/types.js";
 import { defaultCalibrationDir } from "../grader/calibrate.js";
+import { defaultResultsDir } from "../grader/results-dir.js";
 import { gradeSubmission } from "../grader/grade.js";
 import type { SandboxFactory } from "../grader/pipeline.js";
 import type { GradeResult } from "../grader/types.js";
@@ -22,7 +23,6 @@ export interface GraderCliOptions extends DockerFlags {
   json?: boolean;
 }
 
-export const DEFAULT_OUT = "infradev-results";
 
 export function sandboxOption(): Option {
   return new Option("--sandbox <kind>", "sandbox for the grading runs (none = plain processes, nothing isolated; for debugging)")
@@ -44,10 +44,12 @@ export function addGraderOptions(cmd: Command): Command {
  */
 export function graderSandboxFactory(kind: SandboxKind, hiddenPaths: string[], docker: DockerCliOptions = {}): SandboxFactory {
   const logger = createLogger("infradev-grade");
-  return async ({ task, hostRepoDir }) => {
+  return async ({ task, hostRepoDir, readOnlyOverlays }) => {
     const common = {
       hostRepoDir,
       readOnlyMounts: [],
+      // The staged tests, probes and canaries: bound read-only over the test dirs (Contract C).
+      readOnlyOverlays: readOnlyOverlays ?? [],
       hiddenPaths: [...new Set([resolve(task.taskDir), ...hiddenPaths.map((p) => resolve(p))])],
       python: task.fullSpec.env.python,
       sessionId: `grade-${task.id}-${process.pid}-${Date.now()}`,
@@ -88,6 +90,12 @@ export function formatResult(r: GradeResult, resultPath: string, reverts: Revert
     set("Set A (official)", r.official),
     set("Set B (with probes)", r.with_probes),
   ];
+  const evidence = r.tamper_evidence ?? [];
+  if (evidence.length) {
+    lines.push(`TAMPERED — scored 0; evidence (${evidence.length}):`);
+    for (const e of evidence.slice(0, 20)) lines.push(`  - ${e}`);
+    if (evidence.length > 20) lines.push(`  … ${evidence.length - 20} more in result.json`);
+  }
   const edits = reverts.reverted_test_edits ?? [];
   const config = reverts.reverted_test_config ?? [];
   if (edits.length || config.length) {
@@ -122,7 +130,7 @@ export function registerGradeCommands(program: Command): void {
     .description("grade one patch: fresh snapshot, post-PR tests + hidden probes, multi-rank, scored against gold's calibration (Set A and Set B)")
     .requiredOption("--task <id>", "task id (or a path to a task folder)")
     .option("--patch <file>", "the submission (a unified diff against the task's base); omitted or missing = scores 0 as missing_patch")
-    .option("--out <dir>", "results folder: <out>/<task_id>/<submission-hash>/result.json", parseOut, DEFAULT_OUT)
+    .option("--out <dir>", `results folder: <out>/<task_id>/<submission-hash>/result.json (default from $INFRADEV_RESULTS_DIR, else $XDG_STATE_HOME/infradev/results or ~/.local/state/infradev/results; never inside the package)`, parseOut, defaultResultsDir())
     .option("--json", "print the result as one JSON object on stdout");
   addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; patch?: string }) => {
     const task = loadGraderTask(opts.task, opts.tasksDir);

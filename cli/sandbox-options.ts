@@ -56,24 +56,41 @@ export function gpusFlag(v: string): GpuRequest {
   return g;
 }
 
-/** Adds the docker flags to `cmd`, and refuses them with another backend (they would do nothing). */
-export function addDockerOptions(cmd: Command): Command {
+/**
+ * Adds the docker flags to `cmd`, and refuses them with another backend (they would do nothing).
+ * With `localPidsLimit`, --pids-limit also applies to --sandbox local (the command passes it on:
+ * localOptionsFromFlags).
+ */
+export function addDockerOptions(cmd: Command, opts: { localPidsLimit?: boolean } = {}): Command {
+  const localFlags: Array<keyof DockerFlags> = opts.localPidsLimit ? ["pidsLimit"] : [];
   return cmd
     .option("--image <image>", "docker: image to run (default: the task's `image:`); must be on the engine already (`docker pull <image>`)")
     .option("--gpus <spec>", "docker: GPUs as `docker run --gpus`: all | N | device ids (0,3) | none (default: the task's `gpus:`)", gpusFlag)
     .option("--memory-mb <mb>", "docker: hard memory limit, swap included (default: 90% of the engine host's memory)", wholePositive)
-    .option("--pids-limit <n>", "docker: max processes + threads in the container (default 8192)", wholePositive)
+    .option(
+      "--pids-limit <n>",
+      opts.localPidsLimit
+        ? "max processes + threads: docker, in the container (default 8192); local, per command (a pids cgroup, default 4096)"
+        : "docker: max processes + threads in the container (default 8192)",
+      wholePositive,
+    )
     .option("--cpus <n>", "docker: CPU quota in cores (default: none)", positive)
     .option("--shm-mb <mb>", "docker: /dev/shm size for NCCL and data loaders (default 8192, 1024 on hosts under 32 GiB)", wholePositive)
     .addOption(new Option("--network <mode>", "docker: container network (default none: no network but loopback)").choices(["none", "bridge"]))
     .option("--host-system-mounts", "docker: bind the host's /usr, /etc, /lib* read-only (for an image that is an empty root, like the test image)")
     .hook("preAction", (_root, action) => {
       const opts = action.opts<DockerFlags>();
-      const given = (Object.keys(FLAG_NAMES) as (keyof typeof FLAG_NAMES)[]).filter((k) => opts[k] !== undefined);
+      const allowed = opts.sandbox === "local" ? localFlags : [];
+      const given = (Object.keys(FLAG_NAMES) as (keyof typeof FLAG_NAMES)[]).filter((k) => opts[k] !== undefined && !allowed.includes(k));
       if (given.length && opts.sandbox !== "docker") {
         action.error(`error: ${given.map((k) => FLAG_NAMES[k]).join(", ")} ${given.length > 1 ? "apply" : "applies"} only to --sandbox docker (got --sandbox ${opts.sandbox ?? "?"})`);
       }
     });
+}
+
+/** What the flags can set on a local sandbox (with addDockerOptions(cmd, { localPidsLimit: true })). */
+export function localOptionsFromFlags(flags: DockerFlags): { pidsLimit?: number } {
+  return flags.pidsLimit !== undefined ? { pidsLimit: flags.pidsLimit } : {};
 }
 
 /** The parsed flags as the docker factory's options; only what was given. */

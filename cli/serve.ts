@@ -6,7 +6,7 @@ import type { SandboxKind } from "../sandbox/types.js";
 import { serveHttp } from "../server/http.js";
 import type { SandboxFactory } from "../server/session.js";
 import { serveStdio } from "../server/stdio.js";
-import { addDockerOptions, dockerOptionsFromFlags, type DockerCliOptions, type DockerFlags } from "./sandbox-options.js";
+import { addDockerOptions, dockerOptionsFromFlags, localOptionsFromFlags, type DockerCliOptions, type DockerFlags } from "./sandbox-options.js";
 import { UsageError } from "../lib/errors.js";
 
 const KINDS: SandboxKind[] = ["local", "none", "docker"];
@@ -15,19 +15,22 @@ const KINDS: SandboxKind[] = ["local", "none", "docker"];
  * Maps the server's request onto the sandbox factory (the backends live in sandbox/); `docker` holds
  * the docker flags (`--image`, `--gpus`, limits), used only when the request is for docker.
  */
-export function makeSandboxFactory(docker: DockerCliOptions = {}): SandboxFactory {
+export function makeSandboxFactory(docker: DockerCliOptions = {}, local: { pidsLimit?: number } = {}): SandboxFactory {
   return (req) => {
     const common = {
       hostRepoDir: req.hostRepoDir,
       python: req.python,
       readOnlyMounts: req.readOnlyMounts,
       hiddenPaths: req.hiddenPaths,
+      logDir: req.logDir,
       sessionId: req.sessionId,
       task: req.task,
       purpose: "agent" as const,
       logger: req.logger,
     };
-    return req.kind === "docker" ? createSandbox({ kind: "docker", ...common, ...docker }) : createSandbox({ kind: req.kind, ...common });
+    if (req.kind === "docker") return createSandbox({ kind: "docker", ...common, ...docker });
+    if (req.kind === "local") return createSandbox({ kind: "local", ...common, ...local });
+    return createSandbox({ kind: req.kind, ...common });
   };
 }
 
@@ -71,7 +74,7 @@ export function registerServeCommands(program: Command): void {
     .option("--host <host>", "with --http: 127.0.0.1 (default), ::1 or localhost; anything else is refused")
     .option("--token-file <file>", `with --http: read the token from this file (default: $INFRADEV_HTTP_TOKEN, else a random one in runs/<run-id>/http-token)`)
     .option("--print-token", "with --http: put the token itself in the start-up line");
-  addDockerOptions(cmd).action(
+  addDockerOptions(cmd, { localPidsLimit: true }).action(
     async (opts: DockerFlags & { task: string; sandbox: string; runsDir: string; resume?: string; python?: string; tasksDir?: string } & HttpFlags) => {
       if (!KINDS.includes(opts.sandbox as SandboxKind)) throw new UsageError(`serve: --sandbox must be one of ${KINDS.join(", ")} (got "${opts.sandbox}")`);
       const logger = createLogger("infradev-serve");
@@ -86,7 +89,7 @@ export function registerServeCommands(program: Command): void {
           sandboxKind: opts.sandbox as SandboxKind,
           python: opts.python,
           logger,
-          createSandbox: makeSandboxFactory(dockerOptionsFromFlags(opts)),
+          createSandbox: makeSandboxFactory(dockerOptionsFromFlags(opts), localOptionsFromFlags(opts)),
         };
         if (opts.http) {
           await serveHttp({ ...session, host: opts.host ?? "127.0.0.1", port, tokenFile: opts.tokenFile && resolve(opts.tokenFile), printToken: opts.printToken });

@@ -12,8 +12,11 @@ import { defaultCalibrationDir } from "../lib/paths.js";
  * hash + hardware fingerprint. Each run keeps its session files, so a killed calibration resumes.
  */
 
-/** 2: gold graded under the same restore of pytest-affecting files and config pin as submissions. */
-export const CALIBRATION_FORMAT = 2;
+/**
+ * 2: gold graded under the same restore of pytest-affecting files and config pin as submissions.
+ * 3: gold run with the staged, renamed tests and canaries (and held to the same tamper checks).
+ */
+export const CALIBRATION_FORMAT = 3;
 export const CALIBRATION_RUNS = 3;
 
 export { defaultCalibrationDir }; // lives in lib/paths.ts: the sandboxes mask it
@@ -107,6 +110,9 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
     });
     if (out.kind === "inapplicable") throw new CalibrationError(`${task.id}: the golden patch does not apply: ${out.reason}`);
     if (out.harnessError) throw new HarnessFault(`${task.id}: gold run ${i}: ${out.harnessError}`);
+    if (out.lostRecords.length) throw new HarnessFault(`${task.id}: gold run ${i} lost its records: ${out.lostRecords.join("; ")}`);
+    // Gold is never tampered: evidence here is a broken task or a broken grader, said loudly.
+    if (out.tamperEvidence.length) throw new CalibrationError(`${task.id}: gold run ${i} reads as tampered (a grader or task bug): ${out.tamperEvidence.join(" | ")}`);
     if (out.cases.length === 0) {
       throw new CalibrationError(`${task.id}: gold run ${i} collected no test case (see ${join(dir, `run${i}`, "logs")})`);
     }

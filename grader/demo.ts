@@ -169,7 +169,12 @@ export const DEMO_HEADER = ["submission", "Set A resolved", "Set B resolved", "s
 export function demoTableRows(report: DemoReport): string[][] {
   const rows = report.rows.map((r) => {
     const res = r.result;
-    const labels = res.status === "graded" ? labelSummary(res) || "—" : `— (${res.status}${res.reason ? `: ${res.reason}` : ""})`;
+    const labels =
+      res.status === "graded"
+        ? labelSummary(res) || "—"
+        : res.status === "tampered"
+          ? `— (TAMPERED: ${(res.tamper_evidence ?? []).slice(0, 2).join("; ")}${(res.tamper_evidence ?? []).length > 2 ? "; …" : ""})`
+          : `— (${res.status}${res.reason ? `: ${res.reason}` : ""})`;
     const caught = caughtBy(r)
       .map((c) => `${c.promise} → ${c.labels.length ? c.labels.join(", ") : "NOT caught"}`)
       .join("; ");
@@ -191,6 +196,11 @@ export function demoExpectationFailures(report: DemoReport): string[] {
     const who = `${r.task}:${r.name}`;
     if (res.status === "harness_fault") {
       out.push(`${who}: harness fault: ${res.reason}`);
+      continue;
+    }
+    // None of the bundled patches touches the harness: evidence against one is a grader or task bug.
+    if (res.status === "tampered") {
+      out.push(`${who}: graded tampered: ${(res.tamper_evidence ?? []).join(" | ")}`);
       continue;
     }
     if (r.kind === "golden" && !(res.official.resolved_strict && res.with_probes.resolved_strict)) out.push(`${who}: gold is not resolved (strict) in Set A and Set B`);

@@ -4,7 +4,7 @@ import type { GraderTask } from "../tasks/loader.js";
 import { HarnessFault, calibrate } from "./calibrate.js";
 import { readJsonFile, sha256, taskContentHash, writeJsonAtomic } from "./files.js";
 import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
-import { runSubmission, type SandboxFactory } from "./pipeline.js";
+import { runControl, runSubmission, type SandboxFactory } from "./pipeline.js";
 import { goldView, scoreSubmission, type SubmissionOutcome } from "./score.js";
 import type { ConfigRevert, PytestPin } from "./test-config.js";
 import type { Calibration, GradeResult, HardwareFingerprint } from "./types.js";
@@ -15,7 +15,9 @@ import { scanPatchForTampering, type TamperFinding } from "./tamper-scan.js";
  *
  *   <out>/<task_id>/<submission-hash>/
  *     submission.patch   the patch as given        apply.json / apply.log   how it applied
- *     sessions/<mode>.<session>.json  merged cases of each finished session (resume points)
+ *     sessions/<mode>.<session>.json  merged cases of each finished session (resume points), in real
+ *                        ids, with its canaries and tamper evidence
+ *     control/           the control run on the base, when a session lost its records
  *     logs/<mode>.<session>/          the launcher's files (rank logs, JUnit, launch.json)
  *     meta.json          task hash, calibration, flaky gold cases, reverted test edits and
  *                        pytest-affecting files (reverted_test_config), the pytest pin, timings
@@ -49,8 +51,10 @@ export interface GradeOptions {
 /**
  * Version of the rules a result was graded under; a result from other rules is graded again.
  * 2: pytest-affecting files outside the test dirs restored, sessions pinned to the base's config.
+ * 3: tests staged read-only under random names with canaries; `tampered`; lost records are the
+ *    submission's unless a control run loses them too.
  */
-export const GRADING_RULES = 2;
+export const GRADING_RULES = 3;
 
 export interface GradeMeta {
   grading_rules: number;
@@ -69,6 +73,9 @@ export interface GradeMeta {
   pytest_pin: PytestPin | null;
   reused_sessions: string[];
   harness_error?: string;
+  /** Sessions whose records were lost, and what the control run on the base said. */
+  lost_records?: string[];
+  control?: string;
   duration_s: number;
 }
 
@@ -133,6 +140,8 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   let pin: PytestPin | null = null;
   let reusedSessions: string[] = [];
   let harnessError: string | undefined;
+  let lost: string[] = [];
+  let control: string | undefined;
   if (bytes === null && !opts.baseAsIs) {
     outcome = { task_id: task.id, status: "missing_patch", apply_method: null, reason: opts.patchFile ? `patch file ${opts.patchFile} does not exist or is not a file` : "no patch was submitted" };
   } else if (bytes !== null && isEmptyPatch(bytes)) {
@@ -156,9 +165,25 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
       pin = run.pytestPin;
       reusedSessions = run.reusedSessions;
       harnessError = run.harnessError;
-      outcome = run.harnessError
-        ? { task_id: task.id, status: "harness_fault", apply_method: run.method, reason: `harness fault (not the submission's): ${run.harnessError}` }
-        : { task_id: task.id, status: "graded", apply_method: run.method, cases: run.cases, collection_errors: run.collectionErrors };
+      lost = run.lostRecords;
+      if (run.harnessError) {
+        outcome = { task_id: task.id, status: "harness_fault", apply_method: run.method, reason: `harness fault (not the submission's): ${run.harnessError}` };
+      } else if (run.tamperEvidence.length) {
+        const n = run.tamperEvidence.length;
+        outcome = { task_id: task.id, status: "tampered", apply_method: run.method, reason: `tampered: ${n} piece(s) of evidence that the code under test changed the tests or their recorded outcomes`, cases: run.cases, tamper_evidence: run.tamperEvidence };
+      } else {
+        const graded: SubmissionOutcome = { task_id: task.id, status: "graded", apply_method: run.method, cases: run.cases, collection_errors: run.collectionErrors };
+        outcome = graded;
+        if (run.lostRecords.length) {
+          // Lost records are the submission's, unless the same harness loses them on the base too.
+          const lostSession = run.sessions.find((x) => x.lost_records)!;
+          const ctl = await runControl({ task, sandboxFactory: opts.sandboxFactory, mode: lostSession.mode, artifactDir: join(artifactDir, "control"), onProgress: (m) => say(m), signal: opts.signal });
+          control = ctl.ok ? "the control run (canaries only, fresh base workspace) kept its records" : ctl.why;
+          outcome = ctl.ok
+            ? { ...graded, lost_prefixes: run.lostPrefixes, reason: `records lost: ${run.lostRecords.join("; ")} (the control run on the base kept its records: the submission's doing; those cases count failed)` }
+            : { task_id: task.id, status: "harness_fault", apply_method: run.method, reason: `harness fault (not the submission's): records lost: ${run.lostRecords.join("; ")}; ${ctl.why}` };
+        }
+      }
     }
   }
   const result = scoreSubmission(gold, outcome);
@@ -176,6 +201,8 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
     pytest_pin: pin,
     reused_sessions: reusedSessions,
     ...(harnessError ? { harness_error: harnessError } : {}),
+    ...(lost.length ? { lost_records: lost } : {}),
+    ...(control ? { control } : {}),
     duration_s: (Date.now() - started) / 1000,
   };
   writeJsonAtomic(join(artifactDir, "meta.json"), meta);

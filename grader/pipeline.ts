@@ -5,7 +5,8 @@ import type { GraderTask } from "../tasks/loader.js";
 import { applyPatch } from "./apply.js";
 import { writeJsonAtomic } from "./files.js";
 import { checkPatch } from "./patch-check.js";
-import { planSessions, runSessions } from "./sessions.js";
+import { runRanks } from "../sandbox/ranks.js";
+import { GradingInterrupted, planSessions, runSessions } from "./sessions.js";
 import type { ConfigRevert, PytestPin } from "./test-config.js";
 import type { ApplyMethod, CaseRecord, CollectionError, SessionResult } from "./types.js";
 import { freshWorkspace, installGradingTests, pytestPinFor, removeWorkspace, revertTestConfig } from "./workspace.js";
@@ -18,8 +19,11 @@ import { freshWorkspace, installGradingTests, pytestPinFor, removeWorkspace, rev
  * apply.log, sessions/, logs/).
  */
 
-/** Makes the grader's sandbox over a fresh workspace (the CLI passes one built on createSandbox). */
-export type SandboxFactory = (args: { task: GraderTask; hostRepoDir: string }) => Promise<Sandbox>;
+/**
+ * Makes the grader's sandbox over a fresh workspace (the CLI passes one built on createSandbox).
+ * `readOnlyOverlays`: host folders (the staged tests) to bind read-only at `<repo>/<rel>` (Contract C).
+ */
+export type SandboxFactory = (args: { task: GraderTask; hostRepoDir: string; readOnlyOverlays?: Array<{ host: string; rel: string }> }) => Promise<Sandbox>;
 
 export interface RunSubmissionOptions {
   task: GraderTask;
@@ -45,6 +49,12 @@ export type RunOutcome =
       cases: CaseRecord[];
       collectionErrors: CollectionError[];
       harnessError?: string;
+      /** Tamper evidence of every session (tamper.ts); empty when there is none. */
+      tamperEvidence: string[];
+      /** `<session>: why` per session whose records were lost (grade.ts runs the control). */
+      lostRecords: string[];
+      /** Case-id prefixes of the sessions whose records were lost. */
+      lostPrefixes: string[];
       /** Test-dir paths the submission had touched, reverted before the post-PR tests went in. */
       revertedTestEdits: string[];
       /** Pytest-affecting files outside the test dirs it had touched, restored or removed. */
@@ -94,14 +104,14 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       pin.droppedAddopts.length ? `left ${pin.droppedAddopts.join(" ")} out of the base's addopts` : "",
     ].filter(Boolean);
     opts.onProgress?.(`${applied.method ? `applied with ${applied.method}` : "the base as it is"}${notes.map((n) => `; ${n}`).join("")}`);
-    const plans = planSessions(task, ws.repoDir, { combine: opts.combine, pin });
+    const plans = planSessions(task, ws.repoDir, install.staged, { combine: opts.combine, pin });
     const reverts = { revertedTestEdits: install.reverted, revertedTestConfig: configReverts, pytestPin: pin };
     let sandbox: Sandbox;
     try {
-      sandbox = await opts.sandboxFactory({ task, hostRepoDir: ws.repoDir });
+      sandbox = await opts.sandboxFactory({ task, hostRepoDir: ws.repoDir, readOnlyOverlays: install.staged.overlays });
     } catch (e) {
       const harnessError = `sandbox could not start: ${(e as Error).message}`;
-      return { kind: "ran", method: applied.method, sessions: [], cases: [], collectionErrors: [], harnessError, ...reverts, reusedSessions: [] };
+      return { kind: "ran", method: applied.method, sessions: [], cases: [], collectionErrors: [], harnessError, tamperEvidence: [], lostRecords: [], lostPrefixes: [], ...reverts, reusedSessions: [] };
     }
     try {
       const out = await runSessions({
@@ -111,9 +121,11 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
         plans,
         resultsDir: join(artifactDir, "sessions"),
         logsDir: join(artifactDir, "logs"),
+        staged: install.staged,
         onProgress: opts.onProgress,
         signal: opts.signal,
       });
+      const lostPlans = plans.filter((p) => out.sessions.some((s) => s.mode === p.mode && s.session === p.name && s.lost_records));
       return {
         kind: "ran",
         method: applied.method,
@@ -121,6 +133,9 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
         cases: out.sessions.flatMap((s) => s.cases),
         collectionErrors: out.sessions.flatMap((s) => s.collection_errors),
         ...(out.harnessError ? { harnessError: out.harnessError } : {}),
+        tamperEvidence: out.tamperEvidence,
+        lostRecords: out.lostRecords,
+        lostPrefixes: [...new Set(lostPlans.map((p) => p.idPrefix))],
         ...reverts,
         reusedSessions: out.reused,
       };
@@ -129,5 +144,64 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
     }
   } finally {
     removeWorkspace(ws, { recordIn: artifactDir });
+  }
+}
+
+export interface ControlOptions {
+  task: GraderTask;
+  sandboxFactory: SandboxFactory;
+  /** The mode whose session lost its records (its env is used). */
+  mode: string;
+  /** Host folder for the control's files (apply.log stays out: nothing is applied). */
+  artifactDir: string;
+  onProgress?: (msg: string) => void;
+  signal?: AbortSignal;
+}
+
+export type ControlOutcome = { ok: true } | { ok: false; why: string };
+
+/**
+ * The control run for a session whose records were lost: the same sandbox factory over a fresh
+ * base workspace (nothing of the submission in it), the canaries only, on as many ranks as the task.
+ * If it loses its records too (or cannot run), the harness is at fault; if it runs cleanly, the loss
+ * was the submission's.
+ */
+export async function runControl(opts: ControlOptions): Promise<ControlOutcome> {
+  const { task } = opts;
+  const spec = task.fullSpec;
+  mkdirSync(opts.artifactDir, { recursive: true });
+  const ws = await freshWorkspace(task, { recordIn: opts.artifactDir, onProgress: opts.onProgress });
+  try {
+    const install = await installGradingTests(task, ws, []);
+    const pin = pytestPinFor(ws.repoDir);
+    const files = [...new Set(install.staged.canaries.map((c) => c.installed.split("::")[0]!))];
+    let sandbox: Sandbox;
+    try {
+      sandbox = await opts.sandboxFactory({ task, hostRepoDir: ws.repoDir, readOnlyOverlays: install.staged.overlays });
+    } catch (e) {
+      return { ok: false, why: `the control's sandbox could not start: ${(e as Error).message}` };
+    }
+    try {
+      opts.onProgress?.(`control: ${install.staged.canaries.length} canaries on the base, ${spec.ranks} rank(s)`);
+      const r = await runRanks(sandbox, {
+        ranks: spec.ranks,
+        pytestArgs: [...files, "--continue-on-collection-errors", ...pin.args],
+        outDir: ".infradev/grade/control",
+        perTestTimeoutSec: spec.timeout_sec,
+        runTimeoutSec: spec.run_timeout_sec,
+        env: { ...spec.env.vars, ...spec.modes[opts.mode] },
+        signal: opts.signal,
+      });
+      if (opts.signal?.aborted) throw new GradingInterrupted("control run interrupted");
+      if (r.harnessError) return { ok: false, why: `the control run failed too: ${r.harnessError}` };
+      if (r.lostRecords) return { ok: false, why: `the control run lost its records too: ${r.lostRecords}` };
+      if (r.launch?.status === "interrupted") return { ok: false, why: "the control run's launcher was interrupted too" };
+      writeJsonAtomic(join(opts.artifactDir, "control.json"), { launch_status: r.launch?.status ?? null, cases: r.cases.length });
+      return { ok: true };
+    } finally {
+      await sandbox.close();
+    }
+  } finally {
+    removeWorkspace(ws, { recordIn: opts.artifactDir });
   }
 }

@@ -78,9 +78,11 @@ export function unscoredSet(gold: readonly GoldView[]): SetScore {
 }
 
 /** Per-case report over gold's cases, with a failure label where gold reliably passes and the submission does not. */
-export function gradeCases(gold: readonly GoldView[], sub: ReadonlyMap<string, CaseRecord>, collectionErrors: readonly CollectionError[]): GradedCase[] {
+export function gradeCases(gold: readonly GoldView[], sub: ReadonlyMap<string, CaseRecord>, collectionErrors: readonly CollectionError[], lostPrefixes: readonly string[] = []): GradedCase[] {
   return gold.map((g) => {
-    const c = sub.get(g.id);
+    // A session whose records were lost: every case it held counts failed, as a crash of the run.
+    const lost = !sub.has(g.id) && lostPrefixes.some((p) => g.id.startsWith(p));
+    const c = sub.get(g.id) ?? (lost ? { id: g.id, suite: g.suite, outcome: "failed" as const, reason: "crash" as const, time_s: 0 } : undefined);
     const outcome = c?.outcome ?? "failed";
     const label = g.required && outcome !== "passed" ? labelFailure(g.id, c, collectionErrors, g.probeKind) : undefined;
     return { id: g.id, suite: g.suite, outcome, ...(label ? { label } : {}) };
@@ -92,9 +94,12 @@ export interface SubmissionOutcome {
   status: GradeStatus;
   apply_method: ApplyMethod | null;
   reason?: string;
-  /** The merged cases of every session (present when status is "graded"). */
+  /** The merged cases of every session (present when status is "graded" or "tampered"). */
   cases?: readonly CaseRecord[];
   collection_errors?: readonly CollectionError[];
+  /** Case-id prefixes (`<mode>/`, "" with one mode) of sessions whose records were lost: their cases count failed, as crashes. */
+  lost_prefixes?: readonly string[];
+  tamper_evidence?: readonly string[];
 }
 
 /** The whole result from gold and the submission's outcome. Top-level numbers are Set B's. */
@@ -107,7 +112,13 @@ export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcom
     const sub = new Map((run.cases ?? []).map((c) => [c.id, c]));
     setA = scoreSet(official, sub);
     setB = scoreSet(gold, sub);
-    cases = gradeCases(gold, sub, run.collection_errors ?? []);
+    cases = gradeCases(gold, sub, run.collection_errors ?? [], run.lost_prefixes ?? []);
+  } else if (run.status === "tampered") {
+    // Scores 0; the outcomes as the (untrusted) records had them are kept for review, unlabelled.
+    const sub = new Map((run.cases ?? []).map((c) => [c.id, c]));
+    setA = zeroSet(official);
+    setB = zeroSet(gold);
+    cases = gold.map((g) => ({ id: g.id, suite: g.suite, outcome: sub.get(g.id)?.outcome ?? "failed" }));
   } else {
     const set = run.status === "harness_fault" ? unscoredSet : zeroSet;
     setA = set(official);
@@ -117,7 +128,7 @@ export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcom
   return {
     task_id: run.task_id,
     status: run.status,
-    patch_applied: run.status === "graded" || (run.status === "harness_fault" && run.apply_method !== null),
+    patch_applied: run.status === "graded" || run.status === "tampered" || (run.status === "harness_fault" && run.apply_method !== null),
     apply_method: run.apply_method,
     ...(run.reason ? { reason: run.reason } : {}),
     n_cases: setB.n_cases,
@@ -127,6 +138,7 @@ export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcom
     resolved_strict: setB.resolved_strict,
     official: setA,
     with_probes: setB,
+    tamper_evidence: run.status === "tampered" ? [...(run.tamper_evidence ?? [])] : [],
     cases,
   };
 }

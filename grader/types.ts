@@ -10,7 +10,7 @@ import type { ProbeMarker } from "../sandbox/merge.js";
 export type Suite = "official" | "probe";
 
 /** How a submission's run ended, kept apart from its score. */
-export const GRADE_STATUSES = ["graded", "missing_patch", "empty_patch", "inapplicable", "harness_fault"] as const;
+export const GRADE_STATUSES = ["graded", "missing_patch", "empty_patch", "inapplicable", "harness_fault", "tampered"] as const;
 export type GradeStatus = (typeof GRADE_STATUSES)[number];
 
 export const APPLY_METHODS = ["git_apply", "git_apply_3way", "patch_fuzz"] as const;
@@ -80,6 +80,12 @@ export interface SessionResult {
   cases: CaseRecord[];
   collection_errors: CollectionError[];
   launch_status: string | null;
+  /** This session's canaries (real ids), what each must be, and what each rank reported. */
+  canaries?: Array<{ id: string; expected: "passed" | "failed"; ranks: string[] }>;
+  /** Evidence that the code under test changed what a test is or how its outcome was recorded. */
+  tamper_evidence?: string[];
+  /** Set when the launcher's records were lost (killed from inside, no bundle): cases count failed. */
+  lost_records?: string;
   harness_error?: string;
   duration_s: number;
 }
@@ -146,5 +152,10 @@ export interface GradeResult {
   resolved_strict: boolean | null;
   official: SetScore;
   with_probes: SetScore;
+  /**
+   * Why the run is `tampered`: canaries with the wrong outcome, staged test files changed, a rank's
+   * records disagreeing, tests reported that were never installed. Empty otherwise.
+   */
+  tamper_evidence: string[];
   cases: GradedCase[];
 }

@@ -10,7 +10,7 @@
 import { statSync } from "node:fs";
 import { posix, relative, resolve } from "node:path";
 import { isPathInside } from "../lib/path-validation.js";
-import { checkMountDest, hiddenForbidding, realpathOrNull, type ReadOnlyMount } from "./local-mounts.js";
+import { checkMountDest, checkOverlayRel, hiddenForbidding, realpathOrNull, type ReadOnlyMount, type ReadOnlyOverlay } from "./local-mounts.js";
 import { CONTAINER_PYTHON_HELPERS, CONTAINER_WORKSPACE, hostSystemMountPlan, type MaskPlan } from "./docker-spec.js";
 
 export interface DockerBind {
@@ -21,6 +21,8 @@ export interface DockerBind {
 
 export interface DockerMountPlan {
   readOnlyMounts: ReadOnlyMount[];
+  /** The overlays with their host folders' real paths. */
+  overlays: ReadOnlyOverlay[];
   masks: MaskPlan;
 }
 
@@ -32,6 +34,7 @@ export function planDockerMounts(input: {
   workspace: string;
   helpers: string;
   readOnlyMounts: ReadOnlyMount[];
+  overlays?: ReadOnlyOverlay[];
   hostSystemMounts: boolean;
   hidden: string[];
 }): DockerMountPlan {
@@ -57,7 +60,21 @@ export function planDockerMounts(input: {
     readOnlyMounts.push({ host: real!, sandbox: m.sandbox });
     binds.push({ source: real!, dest: m.sandbox });
   }
-  return { readOnlyMounts, masks: masksFor(input.hidden, binds) };
+  const overlays: ReadOnlyOverlay[] = [];
+  for (const o of input.overlays ?? []) {
+    const real = realpathOrNull(resolve(o.host));
+    const within = real === null ? null : hiddenForbidding(input.hidden, real, input.workspace);
+    const bad =
+      checkOverlayRel(o.rel) ??
+      (real === null ? `host folder ${o.host} does not exist` : null) ??
+      (!statSync(real!).isDirectory() ? `host path ${o.host} is not a folder` : null) ??
+      (isPathInside(input.workspace, real!) ? "the host folder lies inside the workspace (the sandbox could change it)" : null) ??
+      (within ? `it lies inside hidden path ${within}` : null);
+    if (bad) throw new Error(`docker sandbox: read-only overlay ${o.host} -> <workspace>/${o.rel}: ${bad}`);
+    overlays.push({ host: real!, rel: o.rel });
+    binds.push({ source: real!, dest: posix.join(CONTAINER_WORKSPACE, o.rel) });
+  }
+  return { readOnlyMounts, overlays, masks: masksFor(input.hidden, binds) };
 }
 
 /** Every hidden path visible through a bind, as the container path to mask. */

@@ -2,14 +2,15 @@
  * The docker sandbox once its container runs: exec (through docker-exec.ts), path mapping between the
  * container and the host, and close(). Made by createDockerSandbox (docker.ts).
  */
-import { posix, relative, resolve } from "node:path";
+import { basename, posix, relative, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
 import type { Logger } from "../lib/logger.js";
 import { PathOutsideRootError, isPathInside, resolveInside } from "../lib/path-validation.js";
 import { execInContainer, type GroupSignal } from "./docker-exec.js";
 import type { OomWatch } from "./docker-oom.js";
-import { CONTAINER_PYTHON_HELPERS, CONTAINER_WORKSPACE } from "./docker-spec.js";
+import { CONTAINER_LOG_DIR, CONTAINER_PYTHON_HELPERS, CONTAINER_WORKSPACE } from "./docker-spec.js";
+import { releaseLogDir, type HostLogDir } from "./log-dir.js";
 import { effectiveTimeoutSec, execResultFrom, logFooterLines, logHeaderLines } from "./exec-common.js";
 import { OutputCapture, newExecId } from "./output-capture.js";
 import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
@@ -20,7 +21,9 @@ export interface DockerSandboxConfig {
   containerName: string;
   hostRepoDir: string;
   python: string;
-  logDir: string;
+  logDir: HostLogDir;
+  logHeadBytes?: number;
+  logTailBytes?: number;
   maxOutputBytes: number;
   defaultTimeoutSec: number;
   killGraceMs: number;
@@ -45,7 +48,7 @@ export class DockerSandbox implements Sandbox {
   constructor(private readonly cfg: DockerSandboxConfig) {
     this.hostRepoDir = cfg.hostRepoDir;
     this.python = cfg.python;
-    this.logDir = cfg.logDir;
+    this.logDir = cfg.logDir.hostDir;
     this.docker = cfg.docker;
     this.container = cfg.container;
     this.containerName = cfg.containerName;
@@ -65,7 +68,9 @@ export class DockerSandbox implements Sandbox {
     const capture = new OutputCapture(
       {
         maxOutputBytes: opts.maxOutputBytes ?? this.cfg.maxOutputBytes,
-        logDir: this.cfg.logDir,
+        logDir: this.cfg.logDir.hostDir,
+        logHeadBytes: this.cfg.logHeadBytes,
+        logTailBytes: this.cfg.logTailBytes,
         logHeader: [...logHeaderLines("docker", argv, workdir), `container: ${this.containerName}`],
         onOutput: opts.onOutput,
       },
@@ -97,7 +102,7 @@ export class DockerSandbox implements Sandbox {
         "docker exec ended abnormally",
       );
     }
-    const sandboxLogPath = captured.logPath ? (this.toSandboxPath(captured.logPath) ?? undefined) : undefined;
+    const sandboxLogPath = captured.logPath ? posix.join(CONTAINER_LOG_DIR, basename(captured.logPath)) : undefined;
     const result = execResultFrom(outcome, captured, { isolated: true, sandboxLogPath, harnessError: outcome.harnessError });
     if (outcome.oomKilled) result.oomKilled = true;
     return result;
@@ -139,6 +144,8 @@ export class DockerSandbox implements Sandbox {
       await this.container.remove({ force: true, v: true });
     } catch (err) {
       if ((err as { statusCode?: number }).statusCode !== 404) throw err;
+    } finally {
+      releaseLogDir(this.cfg.logDir);
     }
   }
 }

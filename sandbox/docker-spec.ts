@@ -9,6 +9,8 @@ import type Docker from "dockerode";
 /** Where things live inside the container. Constant so probes and prompts can name them. */
 export const CONTAINER_WORKSPACE = "/workspace";
 export const CONTAINER_PYTHON_HELPERS = "/opt/infradev/python";
+/** Where the exec logs (a host folder outside the workspace) are mounted read-only. */
+export const CONTAINER_LOG_DIR = "/infradev/logs";
 
 /** Label keys on every container we create (`infradev sandbox prune` finds them by these). */
 export const LABEL = {
@@ -52,6 +54,15 @@ export interface ContainerSpecInput {
   hostRepoDir: string;
   hostPythonHelpersDir: string;
   readOnlyMounts: ReadOnlyMount[];
+  /** Host folders mounted read-only at /workspace/<rel> (nested in the workspace mount). */
+  overlays?: Array<{ host: string; rel: string }>;
+  /**
+   * Workspace folders between /workspace and the overlays (rels), bound onto themselves so that they
+   * are mount points: a command can neither rename nor remove them, hence cannot move an overlay away.
+   */
+  overlayParents?: string[];
+  /** Host folder of the exec logs, mounted read-only at /infradev/logs. */
+  hostLogDir?: string;
   hostSystemMounts: boolean;
   gpus?: GpuRequest;
   limits: ResolvedLimits;
@@ -135,7 +146,10 @@ export function buildContainerSpec(input: ContainerSpecInput): Docker.ContainerC
   const binds: string[] = [
     `${input.hostRepoDir}:${CONTAINER_WORKSPACE}:rw`,
     `${input.hostPythonHelpersDir}:${CONTAINER_PYTHON_HELPERS}:ro`,
+    ...(input.overlayParents ?? []).map((rel) => `${input.hostRepoDir}/${rel}:${CONTAINER_WORKSPACE}/${rel}:rw`),
+    ...(input.overlays ?? []).map((o) => `${o.host}:${CONTAINER_WORKSPACE}/${o.rel}:ro`),
     ...input.readOnlyMounts.map((m) => `${m.host}:${m.sandbox}:ro`),
+    ...(input.hostLogDir ? [`${input.hostLogDir}:${CONTAINER_LOG_DIR}:ro`] : []),
   ];
   if (input.hostSystemMounts) binds.push(...hostSystemMountPlan().binds.map((d) => `${d}:${d}:ro`));
   binds.push(...input.masks.files.map((dest) => `/dev/null:${dest}:ro`));

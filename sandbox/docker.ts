@@ -26,7 +26,9 @@ import { processStartTime } from "./docker-prune.js";
 import { DockerSandbox } from "./docker-sandbox.js";
 import { CONTAINER_PYTHON_HELPERS, LABEL, buildContainerSpec, type GpuRequest, type ResolvedLimits } from "./docker-spec.js";
 import { DEFAULT_KILL_GRACE_MS, DEFAULT_TIMEOUT_SEC } from "./exec-common.js";
-import { realpathOrNull, type ReadOnlyMount } from "./local-mounts.js";
+import { checkOverlayRel, nestedOverlay, overlayParents, realpathOrNull, type ReadOnlyMount, type ReadOnlyOverlay } from "./local-mounts.js";
+import { prepareLogDir, releaseLogDir } from "./log-dir.js";
+import { mkdirInside } from "../lib/safe-fs.js";
 import { DEFAULT_MAX_OUTPUT_BYTES } from "./output-capture.js";
 
 export { DockerSandbox } from "./docker-sandbox.js";
@@ -47,6 +49,8 @@ export interface DockerSandboxOptions {
   python?: string;
   /** Extra read-only binds: the harness, a Hugging Face cache, a shared environments dir. */
   readOnlyMounts?: ReadOnlyMount[];
+  /** Host folders bound read-only at /workspace/<rel>, nested in the workspace mount (contract C). */
+  readOnlyOverlays?: ReadOnlyOverlay[];
   /** Bind the host's /usr, /etc, /lib* read-only (for an image that is an empty root, like the test image). */
   hostSystemMounts?: boolean;
   /**
@@ -72,8 +76,14 @@ export interface DockerSandboxOptions {
   env?: Record<string, string>;
   /** Extra labels (added to the infradev.* ones). */
   labels?: Record<string, string>;
-  /** Host folder for full logs. Default `<hostRepoDir>/.infradev/logs`. */
+  /**
+   * Host folder for the exec logs, outside the workspace (the server: runs/<run-id>/logs); mounted
+   * read-only at /infradev/logs. Default: a private temp folder, removed by close().
+   */
   logDir?: string;
+  /** The stored log keeps the first and the last this many bytes of an exec's output (default 8 MiB each). */
+  logHeadBytes?: number;
+  logTailBytes?: number;
   /** Default output cap per exec (bytes). Default 64 KiB. */
   maxOutputBytes?: number;
   /** Timeout of an exec that names none. Default 3600 s. */
@@ -125,9 +135,16 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
   const helpers = realDir(pythonHelpersDir(), "the python helpers folder");
   const hidden = sandboxHiddenPaths(opts.hiddenPaths);
   const hostSystemMounts = opts.hostSystemMounts ?? false;
+  const overlays = opts.readOnlyOverlays ?? [];
   let mounts;
   try {
-    mounts = planDockerMounts({ workspace: hostRepoDir, helpers, readOnlyMounts: opts.readOnlyMounts ?? [], hostSystemMounts, hidden });
+    for (const o of overlays) {
+      const bad = checkOverlayRel(o.rel);
+      if (bad) throw new Error(`docker sandbox: read-only overlay ${o.host}: ${bad}`);
+    }
+    const nested = nestedOverlay(overlays);
+    if (nested) throw new Error(`docker sandbox: ${nested}`);
+    mounts = planDockerMounts({ workspace: hostRepoDir, helpers, readOnlyMounts: opts.readOnlyMounts ?? [], overlays, hostSystemMounts, hidden });
   } catch (err) {
     throw new DockerSandboxError((err as Error).message, "bad_options");
   }
@@ -136,6 +153,14 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
   await ensureEngineReachable(docker);
   await ensureImage(docker, opts.image, { pull: opts.pull, pullTimeoutSec: opts.pullTimeoutSec });
   const limits = await resolveLimits(docker, opts);
+  let logDir;
+  try {
+    // The overlays' mount points, made by the host one checked component at a time (never through a link).
+    for (const o of mounts.overlays) mkdirInside(hostRepoDir, o.rel);
+    logDir = prepareLogDir(opts.logDir, hostRepoDir, "docker");
+  } catch (err) {
+    throw new DockerSandboxError((err as Error).message, "bad_options");
+  }
 
   const purpose = opts.purpose ?? "agent";
   const name = `infradev-${purpose}-${sanitizeName(opts.sessionId)}-${Math.random().toString(36).slice(2, 8)}`;
@@ -166,6 +191,9 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
     hostRepoDir,
     hostPythonHelpersDir: helpers,
     readOnlyMounts: mounts.readOnlyMounts,
+    overlays: mounts.overlays,
+    overlayParents: overlayParents(mounts.overlays),
+    hostLogDir: logDir.hostDir,
     hostSystemMounts,
     gpus: opts.gpus,
     limits,
@@ -181,6 +209,7 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
   try {
     container = await docker.createContainer(spec);
   } catch (err) {
+    releaseLogDir(logDir);
     throw new DockerSandboxError(`docker sandbox: the engine refused to create the container: ${(err as Error).message}`, "create_failed", { cause: err });
   }
   const oom = new OomWatch(docker, container);
@@ -198,6 +227,7 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
   } catch (err) {
     oom.stop();
     await container.remove({ force: true }).catch(() => undefined);
+    releaseLogDir(logDir);
     if (err instanceof DockerSandboxError) throw err;
     throw new DockerSandboxError(`docker sandbox: cannot attach to container ${name}: ${(err as Error).message}`, "create_failed", { cause: err });
   }
@@ -208,7 +238,9 @@ export async function createDockerSandbox(opts: DockerSandboxOptions): Promise<D
     containerName: name,
     hostRepoDir,
     python: opts.python ?? "/usr/bin/python3",
-    logDir: resolve(opts.logDir ?? join(hostRepoDir, ".infradev", "logs")),
+    logDir,
+    logHeadBytes: opts.logHeadBytes,
+    logTailBytes: opts.logTailBytes,
     maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
     defaultTimeoutSec: opts.defaultTimeoutSec ?? DEFAULT_TIMEOUT_SEC,
     killGraceMs: opts.killGraceMs ?? DEFAULT_KILL_GRACE_MS,

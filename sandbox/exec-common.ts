@@ -4,7 +4,7 @@
  * capturing its output, and killing its whole tree on the deadline.
  */
 import { spawn } from "node:child_process";
-import type { Readable } from "node:stream";
+import type { Readable, Writable } from "node:stream";
 import { killTree, sendSignal } from "./process-tree.js";
 import type { CapturedOutput, OutputCapture } from "./output-capture.js";
 import type { ExecResult, SandboxKind } from "./types.js";
@@ -95,7 +95,20 @@ export interface HostProcessSpec {
    * the user's command is about to start (how a bwrap set-up failure is told from a command failure).
    */
   readyFd?: boolean;
+  /**
+   * Bytes the process reads on fd 4 (a pipe closed after them): how bwrap gets its arguments
+   * (`--args 4`), so that no host path shows in its command line (/proc/<pid>/cmdline).
+   */
+  argsFdData?: Buffer;
+  /** Open fds of this process handed to the child at fd 5, 6, ... (bwrap's --bind-fd). The caller closes them. */
+  extraFds?: number[];
 }
+
+/** The fd number the first of extraFds arrives on. */
+export const EXTRA_FD_BASE = 5;
+
+/** The fd number argsFdData arrives on. */
+export const ARGS_FD = 4;
 
 export interface HostProcessOutcome {
   exitCode: number | null;
@@ -123,8 +136,11 @@ export function runHostProcess(spec: HostProcessSpec): Promise<HostProcessOutcom
   }
   return new Promise((resolve) => {
     let ready = !spec.readyFd;
-    const stdio: Array<"ignore" | "pipe"> = ["ignore", "pipe", "pipe"];
-    if (spec.readyFd) stdio.push("pipe");
+    const stdio: Array<"ignore" | "pipe" | number> = ["ignore", "pipe", "pipe"];
+    const extra = spec.extraFds ?? [];
+    if (spec.readyFd || spec.argsFdData || extra.length) stdio.push(spec.readyFd ? "pipe" : "ignore");
+    if (spec.argsFdData || extra.length) stdio.push(spec.argsFdData ? "pipe" : "ignore");
+    stdio.push(...extra);
     const [cmd, ...args] = spec.argv as [string, ...string[]];
     const child = spawn(cmd, args, { cwd: spec.cwd, env: spec.env, detached: true, stdio });
 
@@ -147,6 +163,7 @@ export function runHostProcess(spec: HostProcessSpec): Promise<HostProcessOutcom
     child.stdout!.on("data", (c: Buffer) => spec.capture.write("stdout", c));
     child.stderr!.on("data", (c: Buffer) => spec.capture.write("stderr", c));
     if (spec.readyFd) (child.stdio[3] as Readable).on("data", () => (ready = true));
+    if (spec.argsFdData && child.pid !== undefined) (child.stdio[ARGS_FD] as Writable).end(spec.argsFdData);
 
     const finish = async (exitCode: number | null, signal: string | null, spawnError?: NodeJS.ErrnoException): Promise<void> => {
       if (settled) return;
@@ -195,6 +212,7 @@ export function execResultFrom(
     truncated: captured.truncated,
     ...(captured.logPath ? { logPath: captured.logPath } : {}),
     ...(captured.logPath && extra.sandboxLogPath ? { sandboxLogPath: extra.sandboxLogPath } : {}),
+    ...(captured.logPath ? { logTruncatedBytes: captured.logTruncatedBytes } : {}),
     durationMs: outcome.durationMs,
     isolated: extra.isolated,
     ...(extra.warning ? { warning: extra.warning } : {}),

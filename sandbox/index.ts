@@ -4,7 +4,7 @@
  */
 import type { Logger } from "../lib/logger.js";
 import { createDockerSandboxFromRequest, type DockerRequestOptions } from "./docker.js";
-import { createLocalSandbox, type LocalSandboxOptions, type ReadOnlyMount } from "./local.js";
+import { createLocalSandbox, type LocalSandboxOptions, type ReadOnlyMount, type ReadOnlyOverlay } from "./local.js";
 import { createNoneSandbox, type NoneSandboxOptions } from "./none.js";
 import type { Sandbox } from "./types.js";
 
@@ -18,7 +18,20 @@ export interface SandboxRequestCommon {
   readOnlyMounts?: ReadOnlyMount[];
   /** Host paths never readable inside (ignored by `none`, which cannot hide anything). */
   hiddenPaths?: string[];
+  /**
+   * Host folders bound READ-ONLY at `<repoDir>/<rel>` (contract C): `rel` relative, normalised, no
+   * `..`. The host makes the mount point (every component a real folder, never a link). Ignored by
+   * `none` (with a warning: nothing is read-only there).
+   */
+  readOnlyOverlays?: ReadOnlyOverlay[];
+  /**
+   * Host folder for exec logs, OUTSIDE the workspace (contract D): read-only at /infradev/logs inside
+   * (none: its host path). Default: a private temp folder per sandbox, removed at close.
+   */
   logDir?: string;
+  /** Stored logs keep the first / last this many bytes of an exec's output (default 8 MiB each). */
+  logHeadBytes?: number;
+  logTailBytes?: number;
   maxOutputBytes?: number;
   logger?: Logger;
   /** Names the session (docker: container name and labels). */
@@ -40,7 +53,13 @@ export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox
       return createLocalSandbox(local);
     }
     case "none": {
-      const { kind: _kind, sessionId: _s, task: _t, purpose: _p, readOnlyMounts: _r, hiddenPaths: _h, ...none } = opts;
+      const { kind: _kind, sessionId: _s, task: _t, purpose: _p, readOnlyMounts: _r, hiddenPaths: _h, readOnlyOverlays, ...none } = opts;
+      if (readOnlyOverlays?.length) {
+        opts.logger?.warn(
+          { overlays: readOnlyOverlays.map((o) => o.rel) },
+          "sandbox 'none': readOnlyOverlays ignored: nothing is mounted or read-only, commands see the host as it is",
+        );
+      }
       return createNoneSandbox(none);
     }
     case "docker": {
@@ -55,7 +74,19 @@ export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox
 }
 
 export type { ExecOptions, ExecResult, Sandbox, SandboxKind } from "./types.js";
-export { LOCAL_PYTHON_HELPERS, LOCAL_WORKSPACE, LocalSandbox, createLocalSandbox, findBwrap, type HiddenPathCheck, type LocalSandboxOptions, type ReadOnlyMount } from "./local.js";
+export {
+  LOCAL_PYTHON_HELPERS,
+  LOCAL_WORKSPACE,
+  LocalSandbox,
+  createLocalSandbox,
+  findBwrap,
+  type HiddenPathCheck,
+  type LocalSandboxOptions,
+  type ReadOnlyMount,
+  type ReadOnlyOverlay,
+} from "./local.js";
+export { SANDBOX_LOG_DIR } from "./log-dir.js";
+export { DEFAULT_PIDS_LIMIT, type PidsMechanism } from "./pids-limit.js";
 export {
   DockerSandbox,
   DockerSandboxError,
@@ -72,4 +103,4 @@ export {
 } from "./docker.js";
 export { NONE_WARNING, NoneSandbox, createNoneSandbox, type NoneSandboxOptions } from "./none.js";
 export { DEFAULT_KILL_GRACE_MS, DEFAULT_TIMEOUT_SEC, SandboxUnavailableError, runHostProcess, watchDeadline } from "./exec-common.js";
-export { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
+export { DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES, DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";

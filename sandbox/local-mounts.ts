@@ -14,6 +14,51 @@ export interface ReadOnlyMount {
   sandbox: string;
 }
 
+/** A host folder bound read-only at `<workspace>/<rel>` (contract C). */
+export interface ReadOnlyOverlay {
+  /** Host folder. */
+  host: string;
+  /** Path relative to the workspace: letters, digits, `.`, `_`, `-` and `/` between components. */
+  rel: string;
+}
+
+const OVERLAY_REL = /^[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/;
+
+/** Checks an overlay's rel: relative, normalised, no `..` or `.`, no NUL, a plain charset. Null when fine. */
+export function checkOverlayRel(rel: string): string | null {
+  if (typeof rel !== "string" || rel === "") return "rel must be a non-empty relative path";
+  if (rel.includes("\0")) return "rel contains a NUL byte";
+  if (!OVERLAY_REL.test(rel)) return `rel ${JSON.stringify(rel)} must be relative, made of letters, digits, ".", "_", "-" and "/" between components`;
+  if (rel.split("/").some((p) => p === "." || p === "..")) return `rel ${JSON.stringify(rel)} must not have "." or ".." components`;
+  if (rel.split("/")[0] === ".git") return `rel ${JSON.stringify(rel)} may not lie in .git`;
+  return null;
+}
+
+/** An error when one overlay lies inside another (its mount point would be in a read-only folder), else null. */
+export function nestedOverlay(overlays: ReadOnlyOverlay[]): string | null {
+  for (const a of overlays) {
+    for (const b of overlays) {
+      if (a !== b && (a.rel === b.rel || b.rel.startsWith(`${a.rel}/`))) return `read-only overlay ${b.rel} lies inside (or is) overlay ${a.rel}; give disjoint rels`;
+    }
+  }
+  return null;
+}
+
+/**
+ * The folders between the workspace and each overlay's mount point (`a`, `a/b` for `a/b/c`), which
+ * the local backend binds onto themselves so that they are mount points too: a command can then
+ * neither rename nor remove them, so it cannot move an overlay away and put a forged folder in its
+ * place within one exec. Shallowest first.
+ */
+export function overlayParents(overlays: ReadOnlyOverlay[]): string[] {
+  const out = new Set<string>();
+  for (const o of overlays) {
+    const parts = o.rel.split("/");
+    for (let i = 1; i < parts.length; i++) out.add(parts.slice(0, i).join("/"));
+  }
+  return [...out].sort((x, y) => x.split("/").length - y.split("/").length || x.localeCompare(y));
+}
+
 export interface Bind {
   kind: "ro" | "rw" | "dev";
   /** Host path as given to bwrap. */
@@ -27,7 +72,7 @@ export interface Bind {
 export const SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
 
 /** Sandbox paths a read-only mount may not cover or sit inside. */
-export const RESERVED_SANDBOX_PATHS = ["/", "/proc", "/dev", "/workspace", "/opt/infradev/python"];
+export const RESERVED_SANDBOX_PATHS = ["/", "/proc", "/dev", "/workspace", "/opt/infradev/python", "/infradev"];
 
 export function realpathOrNull(p: string): string | null {
   try {
@@ -148,13 +193,17 @@ export interface LocalMountInput {
   devices: string[];
   /** Host folder bound at /tmp, or null for a fresh tmpfs. */
   sessionTmp: string | null;
+  /** Host folder of the exec logs (real path), bound read-only at /infradev/logs. */
+  logDir?: string;
+  /** Host folders bound read-only inside the workspace (their mount points already made by the caller). */
+  overlays?: ReadOnlyOverlay[];
 }
 
 /**
  * Every bind of the sandbox, in bwrap order (a mount inside another comes after it), or an Error
  * naming the mount that is not allowed and why. Masks are not included: they are computed per exec.
  */
-export function planLocalMounts(input: LocalMountInput): { args: string[]; binds: Bind[] } {
+export function planLocalMounts(input: LocalMountInput): { args: string[]; binds: Bind[]; overlayArgs: string[] } {
   for (const h of input.hidden) {
     if ((realpathOrNull(h) ?? h) === input.workspace) throw new Error(`the workspace ${input.workspace} is itself a hidden path`);
   }
@@ -176,6 +225,27 @@ export function planLocalMounts(input: LocalMountInput): { args: string[]; binds
     { kind: "rw", source: input.workspace, realSource: input.workspace, dest: "/workspace" },
     { kind: "ro", source: input.helpers, realSource: input.helpers, dest: "/opt/infradev/python" },
   );
+  const overlayArgs: string[] = [];
+  const nested = nestedOverlay(input.overlays ?? []);
+  if (nested) throw new Error(nested);
+  for (const o of input.overlays ?? []) {
+    const bad = checkOverlayRel(o.rel);
+    const real = realpathOrNull(resolve(o.host));
+    const why =
+      bad ??
+      (real === null ? `host folder ${o.host} does not exist` : null) ??
+      (real !== null && !statSync(real).isDirectory() ? `host path ${o.host} is not a folder` : null) ??
+      (real !== null && isPathInside(input.workspace, real) ? "the host folder lies inside the workspace (the sandbox could change it)" : null) ??
+      (real !== null ? hiddenForbidding(input.hidden, real, input.workspace) && `it lies inside hidden path ${hiddenForbidding(input.hidden, real, input.workspace)}` : null);
+    if (why) throw new Error(`read-only overlay ${o.host} -> <workspace>/${o.rel}: ${why}`);
+    const dest = posix.join("/workspace", o.rel);
+    overlayArgs.push("--ro-bind", real!, dest);
+    binds.push({ kind: "ro", source: real!, realSource: real!, dest });
+  }
+  if (input.logDir) {
+    args.push("--ro-bind", input.logDir, "/infradev/logs");
+    binds.push({ kind: "ro", source: input.logDir, realSource: input.logDir, dest: "/infradev/logs" });
+  }
 
   for (const m of input.readOnlyMounts) {
     const underSystem = system.binds.find((b) => isPathInside(b.dest, m.sandbox));
@@ -192,5 +262,5 @@ export function planLocalMounts(input: LocalMountInput): { args: string[]; binds
     args.push("--ro-bind", real!, m.sandbox);
     binds.push({ kind: "ro", source: real!, realSource: real!, dest: m.sandbox });
   }
-  return { args, binds };
+  return { args, binds, overlayArgs };
 }

@@ -1,17 +1,33 @@
 /**
  * The `local` backend: every exec is one bubblewrap sandbox — read-only system folders, the workspace
  * read-write at /workspace, a private /tmp, no network but loopback, no capabilities, and every hidden
- * path that would be visible through a bind masked by an empty mount.
+ * path that would be visible through a bind masked by an empty mount. Exec logs are written by the
+ * host in a folder outside the workspace, read-only inside at /infradev/logs; read-only overlays
+ * (contract C) sit at /workspace/<rel>; each exec runs in its own pids cgroup (a process limit).
+ *
+ * What the sandbox can learn of the host layout: bwrap gets its options (every host path) on fd 4
+ * (`--args 4`), so neither its own command line nor pid 1's inside names a host path, and the
+ * environment is built from scratch (PATH, LANG, HOME, TMPDIR, INFRADEV_SANDBOX and the caller's).
+ * /proc/self/mountinfo, though, lists each bind's source path relative to its filesystem (the
+ * workspace's runs/<run-id>/workspace, the package's sandbox/python, the logs folder, the session
+ * temp), and bwrap cannot hide that: a bind mount's root is what the kernel reports. Knowing those
+ * paths gives nothing: none of them is reachable from inside (not mounted, or masked), the run id
+ * and the session temp carry random parts, and the host never follows a path the sandbox controls
+ * (logs outside the workspace, created O_EXCL|O_NOFOLLOW; overlay mount points checked with lstat
+ * and their parents bound from fds opened without following links).
  */
-import { accessSync, constants, mkdirSync, mkdtempSync, realpathSync, rmSync, statSync } from "node:fs";
+import { accessSync, closeSync, constants, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, statSync } from "node:fs";
 import { spawnSync } from "node:child_process";
 import { tmpdir } from "node:os";
-import { delimiter, join, posix, relative, resolve } from "node:path";
+import { basename, delimiter, join, posix, relative, resolve } from "node:path";
 import { silentLogger, type Logger } from "../lib/logger.js";
 import { PathOutsideRootError, isPathInside, resolveInside } from "../lib/path-validation.js";
+import { mkdirInside } from "../lib/safe-fs.js";
 import { pythonHelpersDir } from "../lib/paths.js";
 import {
+  ARGS_FD,
   DEFAULT_KILL_GRACE_MS,
+  EXTRA_FD_BASE,
   DEFAULT_TIMEOUT_SEC,
   SandboxUnavailableError,
   effectiveTimeoutSec,
@@ -20,12 +36,25 @@ import {
   logHeaderLines,
   runHostProcess,
 } from "./exec-common.js";
-import { type Bind, type ReadOnlyMount, maskArgs, nvidiaDevices, planLocalMounts, realpathOrNull } from "./local-mounts.js";
+import {
+  type Bind,
+  type ReadOnlyMount,
+  type ReadOnlyOverlay,
+  checkOverlayRel,
+  maskArgs,
+  nestedOverlay,
+  nvidiaDevices,
+  overlayParents,
+  planLocalMounts,
+  realpathOrNull,
+} from "./local-mounts.js";
+import { SANDBOX_LOG_DIR, prepareLogDir, releaseLogDir, type HostLogDir } from "./log-dir.js";
+import { PRE_EXEC_SCRIPT, PidsLimiter, type PidsMechanism } from "./pids-limit.js";
 import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
 import { sandboxHiddenPaths } from "./hidden.js";
 import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
 
-export type { ReadOnlyMount } from "./local-mounts.js";
+export type { ReadOnlyMount, ReadOnlyOverlay } from "./local-mounts.js";
 
 export const LOCAL_WORKSPACE = "/workspace";
 export const LOCAL_PYTHON_HELPERS = "/opt/infradev/python";
@@ -42,12 +71,12 @@ const NAMESPACE_HINT =
   "Or choose --sandbox docker.";
 
 /**
- * The sandbox's first process: reports on fd 3 that bwrap's set-up is done (then closes fd 3 so the
- * command does not inherit it), enters the working directory, and becomes the command. A run that
- * never reported was a bwrap failure, not the command's.
+ * The sandbox's first process: reports on fd 3 that bwrap's set-up is done (then closes fd 3, and
+ * fd 4 that carried bwrap's arguments, so the command inherits neither), enters the working
+ * directory, and becomes the command. A run that never reported was a bwrap failure, not the command's.
  */
 const WRAPPER =
-  '{ printf x >&3; } 2>/dev/null; exec 3>&-; cd -- "$0" 2>/dev/null || ' +
+  '{ printf x >&3; } 2>/dev/null; exec 3>&- 4<&-; cd -- "$0" 2>/dev/null || ' +
   "{ printf 'infradev: cannot cd to %s: no such folder in the sandbox\\n' \"$0\" >&2; exit 1; }; exec \"$@\"";
 
 export interface LocalSandboxOptions {
@@ -64,8 +93,25 @@ export interface LocalSandboxOptions {
    * the workspace (a runs folder: the session's own base checkout may be bound from it).
    */
   hiddenPaths?: string[];
-  /** Host folder for full logs. Default `<hostRepoDir>/.infradev/logs`. */
+  /**
+   * Host folder for the exec logs, outside the workspace (the server: runs/<run-id>/logs); bound
+   * read-only at /infradev/logs. Default: a private temp folder, removed by close().
+   */
   logDir?: string;
+  /** The stored log keeps the first and the last this many bytes of an exec's output (default 8 MiB each). */
+  logHeadBytes?: number;
+  logTailBytes?: number;
+  /**
+   * Host folders bound read-only at /workspace/<rel>, over the workspace (contract C). The mount
+   * points are made by the host (each component a real folder, never a link) and checked again
+   * before every exec.
+   */
+  readOnlyOverlays?: ReadOnlyOverlay[];
+  /**
+   * Processes + threads one exec may hold (a fresh pids cgroup per exec; RLIMIT_NPROC where no
+   * cgroup is writable). Default 4096; false: no limit.
+   */
+  pidsLimit?: number | false;
   /** Environment of every exec, over the base (PATH, LANG, HOME=/tmp/home, TMPDIR=/tmp). */
   env?: Record<string, string>;
   /** The bwrap binary. Default: `bwrap` on PATH. */
@@ -106,7 +152,15 @@ interface LocalConfig {
   binds: Bind[];
   hidden: string[];
   env: Record<string, string>;
-  logDir: string;
+  logDir: HostLogDir;
+  logHeadBytes?: number;
+  logTailBytes?: number;
+  overlays: ReadOnlyOverlay[];
+  /** `--ro-bind <host> /workspace/<rel>` for each overlay. */
+  overlayArgs: string[];
+  /** Folders between the workspace and the overlays' mount points, bound onto themselves (see overlayParents). */
+  overlayParents: string[];
+  pids: PidsLimiter;
   sessionTmp: string | null;
   maxOutputBytes: number;
   defaultTimeoutSec: number;
@@ -151,7 +205,7 @@ export class LocalSandbox implements Sandbox {
   readonly pythonHelpersDir = LOCAL_PYTHON_HELPERS;
   readonly hostRepoDir: string;
   readonly python: string;
-  /** Host folder where each exec's full log goes. */
+  /** Host folder where each exec's log goes (read-only at /infradev/logs inside). */
   readonly logDir: string;
   private readonly running = new Map<AbortController, Promise<unknown>>();
   private closed = false;
@@ -159,7 +213,13 @@ export class LocalSandbox implements Sandbox {
   private constructor(private readonly cfg: LocalConfig) {
     this.hostRepoDir = cfg.hostRepoDir;
     this.python = cfg.python;
-    this.logDir = cfg.logDir;
+    this.logDir = cfg.logDir.hostDir;
+  }
+
+  /** How the process limit is enforced here (cgroup v1 / v2, RLIMIT_NPROC, or off) and its value. */
+  get processLimit(): { mechanism: PidsMechanism; limit: number; warning?: string } {
+    const p = this.cfg.pids;
+    return { mechanism: p.mechanism, limit: p.limit, ...(p.warning ? { warning: p.warning } : {}) };
   }
 
   /** Builds the sandbox and proves bwrap works here (a harness fault is thrown now, not at first use). */
@@ -176,13 +236,42 @@ export class LocalSandbox implements Sandbox {
     const devices = wantGpu === false ? [] : nvidiaDevices();
     if (wantGpu === true && devices.length === 0) throw new SandboxUnavailableError("local", "local sandbox: gpu: true but no /dev/nvidia* device exists on this host");
 
+    const overlays = opts.readOnlyOverlays ?? [];
+    for (const o of overlays) {
+      const bad = checkOverlayRel(o.rel);
+      if (bad) throw new Error(`local sandbox: read-only overlay ${o.host}: ${bad}`);
+    }
+    const nested = nestedOverlay(overlays);
+    if (nested) throw new Error(`local sandbox: ${nested}`);
+    const logDir = prepareLogDir(opts.logDir, repo, "local");
+    let pids: PidsLimiter;
+    try {
+      pids = new PidsLimiter(opts.pidsLimit);
+    } catch (e) {
+      releaseLogDir(logDir);
+      throw e;
+    }
+    if (pids.warning) logger.warn({ mechanism: pids.mechanism, limit: pids.limit }, pids.warning);
     const sessionTmp = (opts.tmp ?? "session") === "session" ? mkdtempSync(join(tmpdir(), "infradev-local-")) : null;
     if (sessionTmp) mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
-    let mounts: { args: string[]; binds: Bind[] };
+    let mounts: { args: string[]; binds: Bind[]; overlayArgs: string[] };
     try {
-      mounts = planLocalMounts({ workspace: repo, helpers: realpathSync(pythonHelpersDir()), readOnlyMounts: opts.readOnlyMounts ?? [], hidden, devices, sessionTmp });
+      // The overlays' mount points, made by the host one checked component at a time.
+      for (const o of overlays) mkdirInside(repo, o.rel);
+      mounts = planLocalMounts({
+        workspace: repo,
+        helpers: realpathSync(pythonHelpersDir()),
+        readOnlyMounts: opts.readOnlyMounts ?? [],
+        hidden,
+        devices,
+        sessionTmp,
+        logDir: logDir.hostDir,
+        overlays,
+      });
     } catch (e) {
       if (sessionTmp) rmSync(sessionTmp, { recursive: true, force: true });
+      releaseLogDir(logDir);
+      await pids.close();
       throw new Error(`local sandbox: ${(e as Error).message}`);
     }
 
@@ -197,7 +286,13 @@ export class LocalSandbox implements Sandbox {
       binds: mounts.binds,
       hidden,
       env: { PATH: SAFE_PATH, LANG: "C.UTF-8", HOME: SANDBOX_HOME, TMPDIR: "/tmp", INFRADEV_SANDBOX: "local", ...opts.env },
-      logDir: resolve(opts.logDir ?? join(repo, ".infradev", "logs")),
+      logDir,
+      logHeadBytes: opts.logHeadBytes,
+      logTailBytes: opts.logTailBytes,
+      overlays,
+      overlayArgs: mounts.overlayArgs,
+      overlayParents: overlayParents(overlays),
+      pids,
       sessionTmp,
       maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
       defaultTimeoutSec: opts.defaultTimeoutSec ?? DEFAULT_TIMEOUT_SEC,
@@ -223,15 +318,68 @@ export class LocalSandbox implements Sandbox {
         throw new Error(`local sandbox self-check failed, readable inside: ${check.leaks.join(", ")}`);
       }
     }
-    logger.debug({ bwrap: bwrapPath, workspace: repo, hidden: hidden.length }, "local sandbox ready");
+    logger.debug({ bwrap: bwrapPath, workspace: repo, hidden: hidden.length, pids: pids.mechanism, pidsLimit: pids.limit }, "local sandbox ready");
     return sandbox;
   }
 
-  /** The full bwrap command line for `argv` (for benchmarks and debugging; fd 3 is optional). */
+  /**
+   * The full bwrap command line for `argv` (for benchmarks and debugging; fd 3 is optional). exec()
+   * runs the same arguments, but hands them to bwrap on fd 4 (`--args 4`) so that no host path
+   * shows in the sandbox's /proc/<pid>/cmdline.
+   */
   bwrapCommand(argv: string[], opts: { cwd?: string } = {}): string[] {
     const cwd = posix.resolve(LOCAL_WORKSPACE, opts.cwd ?? ".");
+    return [this.cfg.bwrapPath, ...this.bwrapOptions(), "--", ...this.sandboxCommand(argv, cwd)];
+  }
+
+  /**
+   * bwrap's options: every host path of the sandbox is in here (passed on fd 4 by exec()). With
+   * `parentFds` (exec), the overlays' parent folders are bound from fds the host opened without
+   * following any link; without (bwrapCommand), by path.
+   */
+  private bwrapOptions(parentFds?: number[]): string[] {
     const masks = maskArgs(this.cfg.hidden, this.cfg.binds).args;
-    return [this.cfg.bwrapPath, ...this.cfg.staticArgs, ...masks, ...this.cfg.finalArgs, "--chdir", "/", "--", "/bin/sh", "-c", WRAPPER, cwd, ...argv];
+    const parents = this.cfg.overlayParents.flatMap((rel, i) =>
+      parentFds ? ["--bind-fd", String(EXTRA_FD_BASE + i), posix.join(LOCAL_WORKSPACE, rel)] : ["--bind", join(this.hostRepoDir, rel), posix.join(LOCAL_WORKSPACE, rel)],
+    );
+    return [...this.cfg.staticArgs, ...parents, ...this.cfg.overlayArgs, ...masks, ...this.cfg.finalArgs, "--chdir", "/"];
+  }
+
+  /**
+   * Opens the overlays' parent folders for --bind-fd, each component with O_NOFOLLOW|O_DIRECTORY
+   * relative to the one above it (through /proc/self/fd), so a link the sandbox planted is never
+   * followed: a host path resolved by bwrap could be swapped for a link to anywhere on the host by
+   * a command running at the same time.
+   */
+  private openOverlayParents(): number[] {
+    const flags = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+    const opened = new Map<string, number>();
+    try {
+      for (const rel of this.cfg.overlayParents) {
+        const parts = rel.split("/");
+        const up = parts.length > 1 ? opened.get(parts.slice(0, -1).join("/")) : undefined;
+        const path = up === undefined ? join(this.hostRepoDir, parts[0]!) : `/proc/self/fd/${up}/${parts[parts.length - 1]}`;
+        opened.set(rel, openSync(path, flags));
+      }
+    } catch (e) {
+      for (const fd of opened.values()) closeSync(fd);
+      throw new Error(`local sandbox: a read-only overlay's folder changed while the exec was set up (${(e as Error).message})`);
+    }
+    return this.cfg.overlayParents.map((rel) => opened.get(rel)!);
+  }
+
+  /** The command bwrap starts: sandbox paths only (it stays on bwrap's command line). */
+  private sandboxCommand(argv: string[], cwd: string): string[] {
+    return ["/bin/sh", "-c", WRAPPER, cwd, ...argv];
+  }
+
+  /**
+   * Puts back every overlay's mount point before an exec: a component that an earlier command
+   * replaced by a link or a file is removed (never followed) and made a real folder again, so the
+   * overlay is mounted at /workspace/<rel> and nowhere else.
+   */
+  private restoreOverlayMountPoints(): void {
+    for (const o of this.cfg.overlays) mkdirInside(this.hostRepoDir, o.rel, { replace: true });
   }
 
   /** The environment every exec starts from (exec options' env goes over it). */
@@ -249,16 +397,27 @@ export class LocalSandbox implements Sandbox {
 
   private async run(argv: string[], cwd: string, opts: ExecOptions, keepLog: boolean): Promise<ExecResult> {
     const timeoutSec = effectiveTimeoutSec(opts.timeoutSec, this.cfg.defaultTimeoutSec);
+    if (this.cfg.overlays.length) this.restoreOverlayMountPoints();
     const capture = new OutputCapture({
       maxOutputBytes: opts.maxOutputBytes ?? this.cfg.maxOutputBytes,
-      logDir: keepLog ? this.cfg.logDir : undefined,
+      logDir: keepLog ? this.cfg.logDir.hostDir : undefined,
+      logHeadBytes: this.cfg.logHeadBytes,
+      logTailBytes: this.cfg.logTailBytes,
       logHeader: logHeaderLines("local", argv, cwd),
       onOutput: opts.onOutput,
     });
     const closer = new AbortController();
     const signal = opts.signal ? AbortSignal.any([opts.signal, closer.signal]) : closer.signal;
+    const pids = this.cfg.pids.prepare();
+    const parentFds = this.cfg.overlayParents.length ? this.openOverlayParents() : [];
+    const options = this.bwrapOptions(parentFds);
     const pending = runHostProcess({
-      argv: this.bwrapCommand(argv, { cwd }),
+      // sh joins the exec's pids cgroup (or sets RLIMIT_NPROC), then becomes bwrap, which reads its
+      // options from fd 4: its command line (pid 1's inside) is `bwrap --args 4 -- /bin/sh -c <wrapper> <cwd> <argv>`.
+      // cwd "/": the shell would otherwise export the server's own folder as PWD into the sandbox.
+      cwd: "/",
+      argv: ["/bin/sh", "-c", PRE_EXEC_SCRIPT, "infradev-pre", ...pids.args, this.cfg.bwrapPath, "--args", String(ARGS_FD), "--", ...this.sandboxCommand(argv, cwd)],
+      argsFdData: Buffer.from(options.map((a) => `${a}\0`).join("")),
       env: { ...this.cfg.env, ...opts.env },
       capture,
       timeoutSec,
@@ -266,7 +425,10 @@ export class LocalSandbox implements Sandbox {
       killGraceMs: this.cfg.killGraceMs,
       supervisorDepth: 2,
       readyFd: true,
+      extraFds: parentFds,
     });
+    // The child holds its own copies now.
+    for (const fd of parentFds) closeSync(fd);
     this.running.set(closer, pending);
     const outcome = await pending.finally(() => this.running.delete(closer));
 
@@ -274,7 +436,14 @@ export class LocalSandbox implements Sandbox {
     if (outcome.spawnError) harnessError = `cannot start bwrap (${this.cfg.bwrapPath}): ${outcome.spawnError.message}`;
     else if (!outcome.ready && !outcome.timedOut && !outcome.cancelled) harnessError = "bwrap could not set up the sandbox";
     else if (outcome.survivors.length) harnessError = `processes survived the kill: ${outcome.survivors.join(", ")}`;
-    const captured = await capture.finish(logFooterLines(outcome, harnessError));
+    const pidsLimitHit = pids.group?.limitHit() ?? false;
+    void pids.group?.remove();
+    let warning: string | undefined;
+    if (pidsLimitHit) {
+      warning = `process limit ${this.cfg.pids.limit} reached (pids.events max > 0): the sandbox refused new processes or threads`;
+      capture.write("stderr", `\ninfradev: ${warning}\n`);
+    }
+    const captured = await capture.finish([...logFooterLines(outcome, harnessError), ...(warning ? [warning] : [])]);
     if (harnessError && !outcome.ready) {
       const said = captured.stderr.split("\n").filter((l) => l.startsWith("bwrap:")).join(" | ");
       harnessError = `${harnessError} (exit ${outcome.exitCode})${said ? `: ${said}` : ""}`;
@@ -282,8 +451,10 @@ export class LocalSandbox implements Sandbox {
     if (harnessError || outcome.timedOut) {
       this.cfg.logger.warn({ argv0: argv[0], exitCode: outcome.exitCode, timedOut: outcome.timedOut, harnessError }, "local exec ended abnormally");
     }
-    const sandboxLogPath = captured.logPath ? (this.toSandboxPath(captured.logPath) ?? undefined) : undefined;
-    return execResultFrom(outcome, captured, { isolated: true, sandboxLogPath, harnessError });
+    const sandboxLogPath = captured.logPath ? posix.join(SANDBOX_LOG_DIR, basename(captured.logPath)) : undefined;
+    const result = execResultFrom(outcome, captured, { isolated: true, sandboxLogPath, harnessError, warning });
+    if (pidsLimitHit) result.pidsLimitHit = true;
+    return result;
   }
 
   toHostPath(sandboxPath: string): string {
@@ -342,6 +513,8 @@ export class LocalSandbox implements Sandbox {
     for (const closer of this.running.keys()) closer.abort();
     await Promise.allSettled(this.running.values());
     if (this.cfg.sessionTmp) rmSync(this.cfg.sessionTmp, { recursive: true, force: true });
+    releaseLogDir(this.cfg.logDir);
+    await this.cfg.pids.close();
   }
 }
 

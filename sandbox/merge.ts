@@ -1,6 +1,15 @@
-import type { CaseOutcome, JUnitCase } from "./junit.js";
+/**
+ * Merging one multi-rank session's per-rank records (from the launcher's result bundle) per test id.
+ * The host parses no XML and reads no file of the sandbox: the records arrive as JSON in the bundle.
+ */
 
-/** Per-test resources recorded by the probe plugin on one rank. */
+export type CaseOutcome = "passed" | "failed" | "error" | "skipped";
+
+/**
+ * Per-test resources recorded by the probe plugin on one rank. (As before the bundle: the
+ * measurements of a test the launcher killed, or whose call phase never ran, are null at run time;
+ * the consumers in tools/ treat them with `??`.)
+ */
 export interface RankResources {
   wall_time_s: number;
   peak_memory_bytes: number;
@@ -12,6 +21,27 @@ export interface RankResources {
 export interface ProbeMarker {
   promise: string;
   kind: string;
+}
+
+/** One test on one rank, as the launcher's bundle carries it (sandbox/python/README.md, "Result bundle"). */
+export interface RankRecord {
+  nodeid: string;
+  outcome: CaseOutcome;
+  when?: string;
+  message?: string;
+  longrepr?: string;
+  duration_s?: number;
+  markers?: { probe?: ProbeMarker };
+  session?: number;
+  wall_time_s?: number | null;
+  peak_memory_bytes?: number | null;
+  memory_kind?: string | null;
+  calls?: Record<string, number>;
+  bytes?: Record<string, number>;
+  /** Set on records the launcher wrote for a test it killed: "hang" | "crash" | "aborted" | ... */
+  killed?: string;
+  /** The bundle's cap cut this record to its essentials (no longrepr, no measurements). */
+  reduced?: boolean;
 }
 
 export interface RankCase {
@@ -43,6 +73,7 @@ export interface LaunchEvent {
 }
 
 const SEVERITY: Record<CaseOutcome, number> = { error: 3, failed: 2, passed: 1, skipped: 0 };
+const OUTCOMES = new Set<string>(Object.keys(SEVERITY));
 
 const EXCERPT_CHARS = 4000;
 
@@ -52,16 +83,43 @@ function excerpt(text: string): string {
   return `[... ${text.length - EXCERPT_CHARS} chars omitted ...]\n${text.slice(-EXCERPT_CHARS)}`;
 }
 
+const str = (v: unknown): string => (typeof v === "string" ? v : "");
+const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) ? v : null);
+
+function counter(v: unknown): Record<string, number> {
+  const out: Record<string, number> = {};
+  if (v && typeof v === "object" && !Array.isArray(v)) {
+    for (const [k, n] of Object.entries(v as Record<string, unknown>)) if (typeof n === "number" && Number.isFinite(n)) out[k] = n;
+  }
+  return out;
+}
+
+function resourcesOf(rec: RankRecord): RankResources | undefined {
+  if (rec.reduced) return undefined;
+  return {
+    wall_time_s: num(rec.wall_time_s) as number,
+    peak_memory_bytes: num(rec.peak_memory_bytes) as number,
+    memory_kind: (typeof rec.memory_kind === "string" ? rec.memory_kind : null) as string,
+    calls: counter(rec.calls),
+    bytes: counter(rec.bytes),
+  };
+}
+
+function probeOf(rec: RankRecord | undefined): ProbeMarker | undefined {
+  const p = rec?.markers?.probe;
+  if (!p || typeof p !== "object") return undefined;
+  return { promise: str(p.promise), kind: str(p.kind) };
+}
+
 /**
- * Merges the per-rank JUnit results of one multi-rank session, per test id:
+ * Merges the per-rank records of one multi-rank session, per test id:
  * error > failed > passed > skipped; a test missing on any rank counts as failed (the rank crashed or
  * hung before reaching it); time is the max over ranks. Launch events name hangs and crashes.
  */
 export function mergeRankReports(
-  perRank: JUnitCase[][],
+  perRank: RankRecord[][],
   opts: {
     events?: LaunchEvent[];
-    resources?: Array<Record<string, RankResources & { markers?: { probe?: ProbeMarker } }>>;
     /** Ids collected on rank 0 (so a test no rank reached still appears, as missing). */
     collected?: string[];
   } = {},
@@ -74,20 +132,26 @@ export function mergeRankReports(
       ids.push(id);
     }
   };
-  for (const id of opts.collected ?? []) add(id);
-  for (const cases of perRank) for (const c of cases) add(c.id);
-  const byRank = perRank.map((cases) => new Map(cases.map((c) => [c.id, c])));
+  for (const id of opts.collected ?? []) if (typeof id === "string") add(id);
+  const byRank = perRank.map((records) => {
+    const m = new Map<string, RankRecord>();
+    for (const r of records) {
+      if (!r || typeof r.nodeid !== "string") continue;
+      add(r.nodeid);
+      m.set(r.nodeid, r);
+    }
+    return m;
+  });
   const events = opts.events ?? [];
 
   return ids.map((id) => {
     const ranks: RankCase[] = byRank.map((m, rank) => {
       const c = m.get(id);
-      const res = opts.resources?.[rank]?.[id];
-      const resources = res
-        ? { wall_time_s: res.wall_time_s, peak_memory_bytes: res.peak_memory_bytes, memory_kind: res.memory_kind, calls: res.calls ?? {}, bytes: res.bytes ?? {} }
-        : undefined;
-      if (!c) return { rank, outcome: "missing", message: "test did not run on this rank (crash or hang before it)", excerpt: "", resources };
-      return { rank, outcome: c.outcome, message: c.message, excerpt: c.outcome === "passed" ? "" : excerpt(c.text || c.message), resources };
+      if (!c) return { rank, outcome: "missing", message: "test did not run on this rank (crash or hang before it)", excerpt: "" };
+      const outcome: CaseOutcome = OUTCOMES.has(c.outcome) ? c.outcome : "error";
+      const message = str(c.message);
+      const resources = resourcesOf(c);
+      return { rank, outcome, message, excerpt: outcome === "passed" ? "" : excerpt(str(c.longrepr) || message), ...(resources ? { resources } : {}) };
     });
     let outcome: CaseOutcome = "skipped";
     let anyMissing = false;
@@ -103,8 +167,8 @@ export function mergeRankReports(
       reason = event.kind as "hang" | "crash";
       if (outcome === "passed" || outcome === "skipped") outcome = "error";
     } else if (anyMissing) reason = "missing";
-    const timeSec = Math.max(0, ...perRank.map((_, r) => byRank[r]!.get(id)?.timeSec ?? 0));
-    const marker = opts.resources?.map((r) => r[id]?.markers?.probe).find(Boolean);
+    const timeSec = Math.max(0, ...byRank.map((m) => num(m.get(id)?.duration_s) ?? 0));
+    const marker = byRank.map((m) => probeOf(m.get(id))).find(Boolean);
     return { id, outcome, ...(reason ? { reason } : {}), timeSec, ranks, ...(marker ? { probe: marker } : {}) };
   });
 }

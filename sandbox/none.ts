@@ -16,6 +16,7 @@ import {
   logHeaderLines,
   runHostProcess,
 } from "./exec-common.js";
+import { prepareLogDir, releaseLogDir, type HostLogDir } from "./log-dir.js";
 import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
 import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
 
@@ -26,8 +27,14 @@ export interface NoneSandboxOptions {
   hostRepoDir: string;
   /** Default /usr/bin/python3. */
   python?: string;
-  /** Host folder for full logs. Default `<hostRepoDir>/.infradev/logs`. */
+  /**
+   * Host folder for the exec logs, outside the workspace (the server: runs/<run-id>/logs). Default:
+   * a private temp folder, removed by close(). Commands see it at its host path.
+   */
   logDir?: string;
+  /** The stored log keeps the first and the last this many bytes of an exec's output (default 8 MiB each). */
+  logHeadBytes?: number;
+  logTailBytes?: number;
   /** Environment of every exec, over the base one. */
   env?: Record<string, string>;
   /**
@@ -48,6 +55,7 @@ export class NoneSandbox implements Sandbox {
   readonly pythonHelpersDir: string;
   readonly python: string;
   readonly logDir: string;
+  private readonly hostLogDir: HostLogDir;
   private readonly env: Record<string, string>;
   private readonly logger: Logger;
   private readonly running = new Map<AbortController, Promise<unknown>>();
@@ -66,7 +74,8 @@ export class NoneSandbox implements Sandbox {
     this.repoDir = repo;
     this.pythonHelpersDir = pythonHelpersDir();
     this.python = opts.python ?? "/usr/bin/python3";
-    this.logDir = resolve(opts.logDir ?? resolve(repo, ".infradev", "logs"));
+    this.hostLogDir = prepareLogDir(opts.logDir, repo, "none");
+    this.logDir = this.hostLogDir.hostDir;
     const host = Object.fromEntries(Object.entries(process.env).filter((e): e is [string, string] => typeof e[1] === "string"));
     const base =
       opts.inheritEnv === false
@@ -86,6 +95,8 @@ export class NoneSandbox implements Sandbox {
     const capture = new OutputCapture({
       maxOutputBytes: opts.maxOutputBytes ?? this.opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
       logDir: this.logDir,
+      logHeadBytes: this.opts.logHeadBytes,
+      logTailBytes: this.opts.logTailBytes,
       logHeader: [...logHeaderLines("none", argv, cwd), NONE_WARNING],
       onOutput: opts.onOutput,
     });
@@ -141,6 +152,7 @@ export class NoneSandbox implements Sandbox {
     this.closed = true;
     for (const closer of this.running.keys()) closer.abort();
     await Promise.allSettled(this.running.values());
+    releaseLogDir(this.hostLogDir);
   }
 }
 

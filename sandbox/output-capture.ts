@@ -7,19 +7,28 @@
  * running, so memory stays bounded whatever the command prints.
  */
 import { randomBytes } from "node:crypto";
-import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
-import { join } from "node:path";
+import { closeSync, ftruncateSync, mkdirSync, writeSync } from "node:fs";
 import { StringDecoder } from "node:string_decoder";
+import { createExclusive } from "../lib/safe-fs.js";
 
 export const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024;
+/** Bytes of output the stored log keeps from the start, and from the end, of a command's output. */
+export const DEFAULT_LOG_HEAD_BYTES = 8 * 1024 * 1024;
+export const DEFAULT_LOG_TAIL_BYTES = 8 * 1024 * 1024;
 
 export type OutputStreamName = "stdout" | "stderr";
 
 export interface OutputCaptureOptions {
   /** Bytes of stdout + stderr kept in the result (head and tail). Default 64 KiB. */
   maxOutputBytes?: number;
-  /** Host folder for the full log (`<logDir>/<timestamp>-<id>.log`); created when missing. Omit: no log. */
+  /**
+   * Host folder for the log (`<logDir>/<timestamp>-<id>.log`); created when missing. Omit: no log.
+   * It must be a folder the sandbox cannot write (the file is created O_EXCL|O_NOFOLLOW anyway).
+   */
   logDir?: string;
+  /** The log keeps the first `logHeadBytes` and the last `logTailBytes` of the output (default 8 MiB each). */
+  logHeadBytes?: number;
+  logTailBytes?: number;
   /** Lines written at the top of the log (what ran, where); each gets a `# ` prefix. */
   logHeader?: string[];
   onOutput?: (chunk: string, stream: OutputStreamName) => void;
@@ -32,8 +41,10 @@ export interface CapturedOutput {
   truncated: boolean;
   /** Bytes each stream produced in all. */
   bytes: { stdout: number; stderr: number };
-  /** Host path of the full log, when one was written without error. */
+  /** Host path of the log, when one was written without error. */
   logPath?: string;
+  /** Bytes of output the log dropped (between its head and its tail); 0 when it holds everything. */
+  logTruncatedBytes: number;
   /** Why the log could not be written, if it could not. */
   logError?: string;
 }
@@ -46,6 +57,110 @@ export function newExecId(now = new Date()): string {
 
 export function omittedMarker(bytes: number): string {
   return `\n[... ${bytes} bytes omitted ...]\n`;
+}
+
+/** The line a capped log carries where it dropped output. */
+export function logDroppedMarker(dropped: number, head: number, tail: number): string {
+  return `\n[infradev: ${dropped} bytes dropped: the log kept the first ${head} and last ${tail} bytes]\n`;
+}
+
+/**
+ * The stored log: written as output arrives until it would pass head + tail bytes; from then on only
+ * the first `head` bytes stay in the file (it is cut back) and the last `tail` bytes are kept in
+ * memory, written after a marker line when the command ends. Disk use is bounded by head + tail
+ * whatever the command prints.
+ */
+class CappedLog {
+  private written = 0; // output bytes in the file
+  private total = 0;
+  private overflow = false;
+  private ring: Buffer[] = [];
+  private ringLen = 0;
+  error?: string;
+
+  private constructor(
+    private fd: number | null,
+    readonly path: string,
+    private readonly base: number,
+    private readonly head: number,
+    private readonly tail: number,
+  ) {}
+
+  static open(dir: string, name: string, header: string[], head: number, tail: number): CappedLog {
+    mkdirSync(dir, { recursive: true, mode: 0o755 });
+    const { fd, path } = createExclusive(dir, name, 0o644);
+    const text = Buffer.from(header.map((l) => `# ${l}\n`).join(""));
+    try {
+      writeAll(fd, text, 0);
+    } catch (e) {
+      closeSync(fd);
+      throw e;
+    }
+    return new CappedLog(fd, path, text.length, head, tail);
+  }
+
+  write(buf: Buffer): void {
+    if (this.fd === null) return;
+    this.total += buf.length;
+    try {
+      if (this.tail > 0) {
+        this.ring.push(buf);
+        this.ringLen += buf.length;
+        while (this.ring.length > 1 && this.ringLen - this.ring[0]!.length >= this.tail) this.ringLen -= this.ring.shift()!.length;
+      }
+      if (this.overflow) return;
+      if (this.written + buf.length <= this.head + this.tail) {
+        writeAll(this.fd, buf, this.base + this.written);
+        this.written += buf.length;
+        return;
+      }
+      this.overflow = true;
+      if (this.written > this.head) ftruncateSync(this.fd, this.base + this.head);
+      else writeAll(this.fd, buf.subarray(0, this.head - this.written), this.base + this.written);
+      this.written = this.head;
+    } catch (e) {
+      this.fail(e);
+    }
+  }
+
+  /** Bytes dropped between the head and the tail. */
+  get dropped(): number {
+    return this.overflow ? this.total - this.head - Math.min(this.tail, this.total - this.head) : 0;
+  }
+
+  close(footer: string[]): void {
+    if (this.fd === null) return;
+    try {
+      let pos = this.base + this.written;
+      if (this.overflow) {
+        const all = Buffer.concat(this.ring);
+        const tail = all.subarray(Math.max(0, all.length - Math.min(this.tail, this.total - this.head)));
+        pos = writeAll(this.fd, Buffer.from(logDroppedMarker(this.dropped, this.head, tail.length)), pos);
+        pos = writeAll(this.fd, tail, pos);
+      }
+      if (footer.length) writeAll(this.fd, Buffer.from(`\n${footer.map((l) => `# ${l}\n`).join("")}`), pos);
+    } catch (e) {
+      this.fail(e);
+    } finally {
+      this.ring = [];
+      if (this.fd !== null) closeSync(this.fd);
+      this.fd = null;
+    }
+  }
+
+  private fail(e: unknown): void {
+    this.error ??= `cannot write ${this.path}: ${(e as Error).message}`;
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
+    this.ring = [];
+  }
+}
+
+/** Writes all of `buf` at file offset `pos` (positional: a truncation never leaves a hole); returns the new offset. */
+function writeAll(fd: number, buf: Buffer, pos: number): number {
+  let off = 0;
+  while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off, pos + off);
+  return pos + buf.length;
 }
 
 /** Head and tail of one stream, each at most `capacity` bytes. */
@@ -126,12 +241,12 @@ export function splitBudget(max: number, a: number, b: number): [number, number]
 }
 
 export class OutputCapture {
-  /** Host path the full log is being written to (undefined when no logDir was given). */
+  /** Host path the log is being written to (undefined when no logDir was given). */
   readonly logPath?: string;
   private readonly max: number;
   private readonly streams: Record<OutputStreamName, HeadTail>;
   private readonly decoders: Record<OutputStreamName, StringDecoder>;
-  private readonly log?: WriteStream;
+  private readonly log?: CappedLog;
   private logError?: string;
   private finished = false;
 
@@ -144,15 +259,13 @@ export class OutputCapture {
     this.streams = { stdout: new HeadTail(capacity), stderr: new HeadTail(capacity) };
     this.decoders = { stdout: new StringDecoder("utf8"), stderr: new StringDecoder("utf8") };
     if (opts.logDir) {
-      const path = join(opts.logDir, `${id}.log`);
+      const head = Math.max(0, Math.floor(opts.logHeadBytes ?? DEFAULT_LOG_HEAD_BYTES));
+      const tail = Math.max(0, Math.floor(opts.logTailBytes ?? DEFAULT_LOG_TAIL_BYTES));
       try {
-        mkdirSync(opts.logDir, { recursive: true });
-        this.log = createWriteStream(path, { flags: "wx", mode: 0o644 });
-        this.log.on("error", (e) => (this.logError ??= `cannot write ${path}: ${e.message}`));
-        this.logPath = path;
-        for (const line of opts.logHeader ?? []) this.log.write(`# ${line}\n`);
+        this.log = CappedLog.open(opts.logDir, `${id}.log`, opts.logHeader ?? [], head, tail);
+        this.logPath = this.log.path;
       } catch (e) {
-        this.logError = `cannot write ${path}: ${(e as Error).message}`;
+        this.logError = `cannot write a log in ${opts.logDir}: ${(e as Error).message}`;
       }
     }
   }
@@ -162,7 +275,7 @@ export class OutputCapture {
     const buf = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
     if (buf.length === 0) return;
     this.streams[stream].push(buf);
-    if (this.log && !this.logError) this.log.write(buf);
+    this.log?.write(buf);
     if (this.opts.onOutput) {
       const text = this.decoders[stream].write(buf);
       if (text) this.opts.onOutput(text, stream);
@@ -182,23 +295,17 @@ export class OutputCapture {
     const [outBudget, errBudget] = splitBudget(this.max, stdout.total, stderr.total);
     const out = stdout.render(outBudget);
     const err = stderr.render(errBudget);
+    const logTruncatedBytes = this.log?.dropped ?? 0;
     if (this.log) {
-      const log = this.log;
-      if (!this.logError) {
-        const lead = footer.length ? "\n" : "";
-        for (const [i, line] of footer.entries()) log.write(`${i === 0 ? lead : ""}# ${line}\n`);
-      }
-      await new Promise<void>((resolve) => {
-        if (log.closed) return resolve();
-        log.once("close", () => resolve());
-        log.end();
-      });
+      this.log.close(footer);
+      this.logError ??= this.log.error;
     }
     return {
       stdout: out.text,
       stderr: err.text,
       truncated: out.cut || err.cut,
       bytes: { stdout: stdout.total, stderr: stderr.total },
+      logTruncatedBytes,
       ...(this.logPath && !this.logError ? { logPath: this.logPath } : {}),
       ...(this.logError ? { logError: this.logError } : {}),
     };

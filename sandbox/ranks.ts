@@ -1,8 +1,6 @@
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
-import { join, posix } from "node:path";
-import { readJsonFile } from "../lib/json.js";
-import { parseJUnit, type JUnitCase } from "./junit.js";
-import { type LaunchEvent, type MergedCase, type ProbeMarker, type RankResources, mergeRankReports } from "./merge.js";
+import { randomBytes } from "node:crypto";
+import { posix } from "node:path";
+import { type LaunchEvent, type MergedCase, type RankRecord, mergeRankReports } from "./merge.js";
 import type { ExecResult, Sandbox } from "./types.js";
 
 /** launch.json, as the Python rank launcher writes it (sandbox/python/README.md). */
@@ -19,11 +17,26 @@ export interface LaunchSummary {
   [extra: string]: unknown;
 }
 
+/** The launcher's exit code for each status (sandbox/python/README.md). */
+export const LAUNCHER_EXIT_CODES: Record<LaunchSummary["status"], number> = {
+  ok: 0,
+  tests_failed: 1,
+  hang: 2,
+  crash: 2,
+  run_timeout: 2,
+  interrupted: 2,
+  launch_error: 3,
+};
+export const BUNDLE_PREFIX = "INFRADEV-BUNDLE ";
+export const PROGRESS_PREFIX = "INFRADEV-PROGRESS ";
+/** The bundle is at most 32 MiB (the launcher caps it); the rest is room for stderr. */
+export const LAUNCHER_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
+
 export interface RunRanksOptions {
   ranks: number;
   /** pytest arguments (paths, -k, ...), relative to cwd inside the sandbox. */
   pytestArgs: string[];
-  /** Folder for per-rank results, relative to the sandbox's repoDir (e.g. ".infradev/results/<id>"). */
+  /** Folder for per-rank files (for the agent to read), relative to the sandbox's repoDir (e.g. ".infradev/results/<id>"). */
   outDir: string;
   cwd?: string;
   /** Per-test wall-clock limit (a test past it is a hang). */
@@ -35,81 +48,169 @@ export interface RunRanksOptions {
   launcher?: "builtin" | "torchrun";
   /** Stop after a hang/crash instead of continuing the suite without the finished tests. */
   noContinue?: boolean;
+  /** pytest plugins every rank loads (`-p NAME`; plugin autoload is off in the ranks). */
+  plugins?: string[];
   signal?: AbortSignal;
   /** Called as tests finish on rank 0 (done / total collected). */
   onProgress?: (done: number, total: number) => void;
 }
 
+export type OutcomeCounts = { passed: number; failed: number; error: number; skipped: number };
+
+/**
+ * Independent records of one rank in one launcher session (after a hang or crash the launcher
+ * restarts the ranks on the remaining tests: each session has its own entry). Counts are in the
+ * units of pytest's summary line (sandbox/python/infradev_launcher/integrity.py), so on an honest
+ * run plugin == pytest_junit (counts) == summary, and exit_code is 0 iff failed + error == 0 and
+ * something ran (5: nothing collected).
+ */
+export interface RankIntegrity {
+  rank: number;
+  /** The launcher session (0, then 1, 2... after restarts). */
+  session: number;
+  /** exit code of the rank's pytest process as the launcher saw it (waitpid); null = killed by the launcher. */
+  exit_code: number | null;
+  /** outcome counts from the recording plugin's records (every record line of the session, + collection errors). */
+  plugin: OutcomeCounts;
+  /** pytest's OWN junitxml (--junitxml, written by pytest's junitxml plugin), parsed by the launcher: null if absent/unparseable. */
+  pytest_junit: (OutcomeCounts & { outcomes: Record<string, "passed" | "failed" | "error" | "skipped">; outcomes_truncated?: boolean }) | null;
+  /** counts from pytest's terminal summary line in the rank's log ("== 3 failed, 21 passed in 4.2s =="): null if none found. */
+  summary: OutcomeCounts | null;
+}
+
 export interface RunRanksResult {
-  /** null when the launcher never wrote launch.json (it could not start: a harness fault). */
+  /** The bundle's launch summary; null when no valid bundle came back (see lostRecords / harnessError). */
   launch: LaunchSummary | null;
   cases: MergedCase[];
-  /** Host folder with rank{r}.xml / .log / .probe.json / launch.json. */
-  hostOutDir: string;
   exec: ExecResult;
-  /** Set when the launcher or sandbox itself failed rather than the tests. */
+  /** ONLY a backend failure (exec.harnessError: bwrap/engine could not run the command at all). */
   harnessError?: string;
+  /**
+   * The launcher ran but its result is missing, cut, duplicated, not the last line, or the launcher
+   * exited abnormally (signal / unexpected code), was interrupted from inside the sandbox, or reported
+   * a launch error: evidence the code under test may have caused it.
+   */
+  lostRecords?: string;
+  integrity: RankIntegrity[];
+  /** capped text logs for artifacts: rank logs' tails, stacks, launch summary (name → text). */
+  logs: Array<{ name: string; text: string }>;
+  /** The out dir as the sandbox sees it (where the agent finds the rank logs). */
+  sandboxOutDir: string;
 }
 
-type ProbeJson = { tests?: Record<string, RankResources & { markers?: { probe?: ProbeMarker } }> };
+interface Bundle {
+  format: number;
+  nonce: string;
+  launch: Omit<LaunchSummary, "collected">;
+  collected: string[];
+  ranks: Array<{ rank: number; records: RankRecord[]; records_dropped?: number }>;
+  records_dropped?: number;
+  integrity: RankIntegrity[];
+  logs: Array<{ name: string; text: string }>;
+}
 
-/** Distinct tests finished on a rank (results.jsonl is appended across restarts). */
-function countFinished(file: string): number {
-  let text: string;
+const STATUSES = new Set(Object.keys(LAUNCHER_EXIT_CODES));
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+function lastLines(text: string, n: number): string {
+  return text
+    .split("\n")
+    .filter((l) => l.trim() && !l.startsWith(PROGRESS_PREFIX))
+    .slice(-n)
+    .join(" | ");
+}
+
+/** Why a bundle cannot be used, or the bundle. Exported for tests. */
+export function readBundle(exec: ExecResult, nonce: string): { bundle: Bundle } | { lost: string } {
+  if (exec.cancelled) return { lost: "the run was cancelled before the launcher finished" };
+  if (exec.timedOut) return { lost: "the launcher did not finish within its outer time limit and was killed by the host" };
+  if (exec.exitCode === null) return { lost: `the launcher was killed by ${exec.signal ?? "a signal"}` };
+  const codes = new Set(Object.values(LAUNCHER_EXIT_CODES));
+  if (!codes.has(exec.exitCode)) return { lost: `the launcher exited with code ${exec.exitCode}, not one of its own (${[...codes].join(", ")}): ${lastLines(exec.stderr, 3)}` };
+  const lines = exec.stdout.split("\n");
+  const bundleLines = lines.map((l, i) => [l, i] as const).filter(([l]) => l.startsWith(BUNDLE_PREFIX));
+  if (bundleLines.length === 0) return { lost: `the launcher printed no result bundle (exit ${exec.exitCode}${exec.truncated ? ", output cut" : ""}): ${lastLines(exec.stderr, 3)}` };
+  if (bundleLines.length > 1) return { lost: `the launcher's stdout holds ${bundleLines.length} result bundles (exactly one is the launcher's)` };
+  let lastNonEmpty = lines.length - 1;
+  while (lastNonEmpty >= 0 && lines[lastNonEmpty]!.trim() === "") lastNonEmpty--;
+  const [line, index] = bundleLines[0]!;
+  if (index !== lastNonEmpty) return { lost: "the result bundle is not the last line of the launcher's stdout" };
+  let parsed: unknown;
   try {
-    text = readFileSync(file, "utf8");
-  } catch {
-    return 0;
+    parsed = JSON.parse(line.slice(BUNDLE_PREFIX.length));
+  } catch (e) {
+    return { lost: `the result bundle is not valid JSON: ${(e as Error).message}` };
   }
-  const ids = new Set<string>();
-  for (const line of text.split("\n")) {
-    const m = /"nodeid":\s*"((?:[^"\\]|\\.)*)"/.exec(line);
-    if (m) ids.add(m[1]!);
+  if (!isObj(parsed) || parsed.format !== 1) return { lost: "the result bundle has an unknown format" };
+  if (parsed.nonce !== nonce) return { lost: "the result bundle does not carry this run's nonce (not this launcher's)" };
+  const launch = parsed.launch;
+  if (!isObj(launch) || typeof launch.status !== "string" || !STATUSES.has(launch.status)) return { lost: "the result bundle has no valid launch summary" };
+  if (!Array.isArray(parsed.ranks) || !Array.isArray(parsed.integrity) || !Array.isArray(parsed.logs) || !Array.isArray(parsed.collected)) {
+    return { lost: "the result bundle lacks ranks / integrity / logs / collected" };
   }
-  return ids.size;
+  if (!Array.isArray(launch.events)) launch.events = [];
+  return { bundle: parsed as unknown as Bundle };
+}
+
+/** Feeds onProgress from the launcher's stderr stream (`INFRADEV-PROGRESS {"done":n,"total":m}` lines, split anywhere across chunks). */
+export function progressReader(onProgress: (done: number, total: number) => void): { push(chunk: string): void; last(): number } {
+  let buf = "";
+  let last = -1;
+  return {
+    push(chunk: string) {
+      buf += chunk;
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (!line.startsWith(PROGRESS_PREFIX)) continue;
+        try {
+          const p = JSON.parse(line.slice(PROGRESS_PREFIX.length)) as { done?: unknown; total?: unknown };
+          if (typeof p.done === "number" && typeof p.total === "number" && p.total > 0 && p.done !== last) {
+            last = p.done;
+            onProgress(p.done, p.total);
+          }
+        } catch {
+          // not ours, or cut
+        }
+      }
+      if (buf.length > 4096) buf = buf.slice(-4096); // a line that long is not a progress line
+    },
+    last: () => last,
+  };
+}
+
+function outDirArg(repoDir: string, cwd: string | undefined, outDir: string): { sandboxOutDir: string; arg: string } {
+  if (outDir.includes("\0") || posix.isAbsolute(outDir) || outDir.split("/").includes("..")) {
+    throw new Error(`runRanks: outDir must be a relative path inside the workspace without '..' (got ${JSON.stringify(outDir)})`);
+  }
+  const sandboxOutDir = posix.join(repoDir, outDir);
+  const cwdAbs = posix.resolve(repoDir, cwd ?? ".");
+  // Relative to the launcher's cwd: the launcher then checks (O_NOFOLLOW) only the workspace's own folders.
+  return { sandboxOutDir, arg: posix.relative(cwdAbs, sandboxOutDir) || "." };
 }
 
 /**
- * Per-test resources of one rank: results.jsonl is appended test by test, so it survives a rank that
- * was killed mid-session (probe.json is only written at a clean session end).
- */
-function readRankResources(hostOutDir: string, rank: number): NonNullable<ProbeJson["tests"]> {
-  const out: NonNullable<ProbeJson["tests"]> = { ...(readJsonFile<ProbeJson>(join(hostOutDir, `rank${rank}.probe.json`))?.tests ?? {}) };
-  let text = "";
-  try {
-    text = readFileSync(join(hostOutDir, `rank${rank}.results.jsonl`), "utf8");
-  } catch {
-    return out;
-  }
-  for (const line of text.split("\n")) {
-    if (!line.trim()) continue;
-    try {
-      const rec = JSON.parse(line) as RankResources & { nodeid?: string; markers?: { probe?: ProbeMarker } };
-      if (rec.nodeid) out[rec.nodeid] = rec;
-    } catch {
-      // a line cut by a kill mid-write
-    }
-  }
-  return out;
-}
-
-/**
- * Runs one pytest session on N ranks through the Python launcher inside the given sandbox, then
- * reads every rank's JUnit and probe JSON from the host side and merges them per test id.
+ * Runs one pytest session on N ranks through the Python launcher inside the given sandbox. The
+ * results come back only as the launcher's result bundle, the last line of its stdout; the host
+ * reads no file of the out dir (the code under test can write there).
  */
 export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise<RunRanksResult> {
   if (!Number.isInteger(opts.ranks) || opts.ranks < 1) throw new Error(`runRanks: ranks must be an integer ≥ 1 (got ${opts.ranks})`);
-  const outDirSandbox = posix.join(sandbox.repoDir, opts.outDir);
-  const hostOutDir = sandbox.toHostPath(outDirSandbox);
-  mkdirSync(hostOutDir, { recursive: true });
+  const { sandboxOutDir, arg } = outDirArg(sandbox.repoDir, opts.cwd, opts.outDir);
+  const nonce = randomBytes(16).toString("hex");
   const argv = [
     sandbox.python,
-    "-S", // the launcher is stdlib only: no site-packages scan (its start-up adds to every run)
+    // -I: isolated (no PYTHONPATH / PYTHON* variables, no user site, no cwd or script dir on sys.path:
+    // a task's PYTHONPATH or the repo cannot shadow what the launcher imports; it adds its own folder);
+    // -S: stdlib only, no site-packages scan (its start-up adds to every run).
+    "-I",
+    "-S",
     posix.join(sandbox.pythonHelpersDir, "infradev_launch.py"),
     "--nproc",
     String(opts.ranks),
     "--out-dir",
-    outDirSandbox,
+    arg,
     "--per-test-timeout",
     String(opts.perTestTimeoutSec),
     "--run-timeout",
@@ -117,54 +218,56 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
     "--launcher",
     opts.launcher ?? "builtin",
     ...(opts.noContinue ? ["--no-continue"] : []),
+    ...(opts.plugins ?? []).flatMap((p) => ["--plugin", p]),
     "--",
     ...opts.pytestArgs,
   ];
 
-  let timer: NodeJS.Timeout | undefined;
-  let last = -1;
-  if (opts.onProgress) {
-    // After a hang the launcher restarts the ranks on the remaining tests and rank0.collected.json is
-    // rewritten with fewer ids: the first (largest) count is the session's total.
-    let total = 0;
-    timer = setInterval(() => {
-      const collected = readJsonFile<{ ids?: string[] }>(join(hostOutDir, "rank0.collected.json"));
-      total = Math.max(total, collected?.ids?.length ?? 0);
-      const done = Math.min(total, countFinished(join(hostOutDir, "rank0.results.jsonl")));
-      if (done !== last && total > 0) {
-        last = done;
-        opts.onProgress!(done, total);
-      }
-    }, 500);
-  }
-  let exec: ExecResult;
-  try {
-    exec = await sandbox.exec(argv, {
-      cwd: opts.cwd ?? sandbox.repoDir,
-      env: opts.env,
-      // The launcher enforces the run limit itself; this outer limit only catches a wedged launcher.
-      timeoutSec: opts.runTimeoutSec + 60,
-      signal: opts.signal,
-    });
-  } finally {
-    if (timer) clearInterval(timer);
-  }
+  const progress = opts.onProgress ? progressReader(opts.onProgress) : undefined;
+  const exec = await sandbox.exec(argv, {
+    cwd: opts.cwd ?? sandbox.repoDir,
+    env: { ...opts.env, INFRADEV_BUNDLE_NONCE: nonce },
+    // The launcher enforces the run limit itself; this outer limit only catches a wedged launcher.
+    timeoutSec: opts.runTimeoutSec + 60,
+    maxOutputBytes: LAUNCHER_MAX_OUTPUT_BYTES,
+    signal: opts.signal,
+    ...(progress ? { onOutput: (chunk: string, stream: "stdout" | "stderr") => stream === "stderr" && progress.push(chunk) } : {}),
+  });
+  const stderrLog = { name: "launcher.stderr", text: exec.stderr.split("\n").filter((l) => !l.startsWith(PROGRESS_PREFIX)).join("\n").slice(-65536) };
 
-  const launch = readJsonFile<LaunchSummary>(join(hostOutDir, "launch.json"));
-  if (exec.harnessError || !launch || launch.status === "launch_error") {
-    const why = exec.harnessError ?? (launch ? `launcher: ${String(launch.error ?? "launch error")}` : `launcher wrote no launch.json (exit ${exec.exitCode}${exec.timedOut ? ", timed out" : ""}): ${exec.stderr.trim().split("\n").slice(-3).join(" | ")}`);
-    return { launch, cases: [], hostOutDir, exec, harnessError: why };
+  if (exec.harnessError) {
+    return { launch: null, cases: [], exec, harnessError: exec.harnessError, integrity: [], logs: [stderrLog], sandboxOutDir };
   }
-  const perRank: JUnitCase[][] = [];
-  const resources: NonNullable<ProbeJson["tests"]>[] = [];
+  const read = readBundle(exec, nonce);
+  if ("lost" in read) return { launch: null, cases: [], exec, lostRecords: read.lost, integrity: [], logs: [stderrLog], sandboxOutDir };
+  const b = read.bundle;
+  const launch = { ...b.launch, collected: b.collected.filter((c): c is string => typeof c === "string") } as LaunchSummary;
+  const logs = [
+    ...b.logs.filter((l): l is { name: string; text: string } => isObj(l) && typeof l.name === "string" && typeof l.text === "string"),
+    stderrLog,
+  ];
+  const integrity = b.integrity.filter(isObj) as unknown as RankIntegrity[];
+  const perRank: RankRecord[][] = [];
   for (let r = 0; r < opts.ranks; r++) {
-    const xml = join(hostOutDir, `rank${r}.xml`);
-    perRank.push(existsSync(xml) ? parseJUnit(readFileSync(xml, "utf8")) : []);
-    resources.push(readRankResources(hostOutDir, r));
+    const entry = b.ranks.find((x) => isObj(x) && x.rank === r);
+    perRank.push(Array.isArray(entry?.records) ? entry.records.filter(isObj) as unknown as RankRecord[] : []);
   }
-  const cases = mergeRankReports(perRank, { events: launch.events, resources, collected: launch.collected });
-  // A session shorter than the poll interval would otherwise report no progress at all: the
-  // client always hears the end.
-  if (opts.onProgress && cases.length > 0 && last !== cases.length) opts.onProgress(cases.length, cases.length);
-  return { launch, cases, hostOutDir, exec };
+  const cases = mergeRankReports(perRank, { events: launch.events, collected: launch.collected });
+  // A session shorter than the launcher's poll interval may report no progress at all: the client
+  // always hears the end.
+  if (opts.onProgress && cases.length > 0 && progress!.last() !== cases.length) opts.onProgress(cases.length, cases.length);
+
+  let lostRecords: string | undefined;
+  if (LAUNCHER_EXIT_CODES[launch.status] !== exec.exitCode) {
+    lostRecords = `the launcher exited with code ${exec.exitCode} but its bundle says ${launch.status} (code ${LAUNCHER_EXIT_CODES[launch.status]})`;
+  } else if (launch.status === "launch_error") {
+    lostRecords = `the launcher reported a launch error: ${String(launch.error ?? "unknown")}`;
+  } else if (launch.status === "interrupted") {
+    // The host did not cancel this run (exec.cancelled is false): the signal came from inside the sandbox.
+    lostRecords = `the launcher was interrupted from inside the sandbox: ${launch.events.at(-1)?.detail ?? "a signal"}`;
+  } else if ((b.records_dropped ?? 0) > 0) {
+    // Not lost: the bundle's cap cut records; those tests count as missing on the ranks concerned.
+    logs.push({ name: "bundle-notes.txt", text: `${b.records_dropped} per-rank records were left out of the bundle (over its cap)\n` });
+  }
+  return { launch, cases, exec, ...(lostRecords ? { lostRecords } : {}), integrity, logs, sandboxOutDir };
 }

@@ -12,7 +12,7 @@ export interface ExecOptions {
   env?: Record<string, string>;
   /** Wall-clock limit; on expiry the whole process tree is killed and `timedOut` is set. */
   timeoutSec?: number;
-  /** Cap on stdout + stderr kept in memory (head and tail kept); the full log is saved to a file. */
+  /** Cap on stdout + stderr kept in memory (head and tail kept); the log is saved to a file (capped too). */
   maxOutputBytes?: number;
   /** Cancels the command (kills the whole process tree) when aborted. */
   signal?: AbortSignal;
@@ -32,10 +32,18 @@ export interface ExecResult {
   stderr: string;
   /** True when stdout or stderr was cut. */
   truncated: boolean;
-  /** Host path of the full log (stdout and stderr) when one was saved. */
+  /**
+   * Host path of the stored log (stdout and stderr interleaved), when one was saved. It lives outside
+   * the workspace, in a folder the sandbox can only read (server: runs/<run-id>/logs/).
+   */
   logPath?: string;
-  /** The same log as commands inside the sandbox see it, when it lies inside the workspace. */
+  /** The same log as commands inside the sandbox see it: /infradev/logs/<file> (none: the host path). */
   sandboxLogPath?: string;
+  /**
+   * Bytes of output the stored log dropped: it keeps the first and the last N bytes (8 MiB each by
+   * default) with a marker line between; 0 when the log holds all of the output.
+   */
+  logTruncatedBytes?: number;
   durationMs: number;
   /** False only for the `none` backend: nothing is isolated. */
   isolated: boolean;
@@ -45,6 +53,8 @@ export interface ExecResult {
   harnessError?: string;
   /** Set when the container / cgroup's memory limit killed the command. */
   oomKilled?: boolean;
+  /** Set when the exec reached its process limit (local: the pids cgroup's pids.events `max` count rose). */
+  pidsLimitHit?: boolean;
 }
 
 export interface Sandbox {

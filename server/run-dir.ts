@@ -4,6 +4,7 @@ import { join, resolve } from "node:path";
 import { createSnapshot } from "../tasks/snapshot.js";
 import type { PublicTask } from "../tasks/loader.js";
 import type { RunSession } from "../tools/support/deps.js";
+import { isRealFolderInside } from "../lib/safe-fs.js";
 
 /**
  * One session's folder, `runs/<run-id>/`, with constant names (a run resumes from what is there):
@@ -11,6 +12,7 @@ import type { RunSession } from "../tools/support/deps.js";
  *   session.json   task, base commit, submission state
  *   workspace/     the agent's repo (git, base committed)
  *   base/          pristine checkout of the base commit (git worktree), read-only in the sandbox
+ *   logs/          every exec's log (capped), read-only inside the sandbox at /infradev/logs
  *   trace.jsonl    one line per tool call
  *   patch.diff     the patch (on submit, and on shutdown)
  */
@@ -20,6 +22,7 @@ export interface RunPaths {
   runDir: string;
   workspaceDir: string;
   baseDir: string;
+  logsDir: string;
   sessionFile: string;
   tracePath: string;
   patchPath: string;
@@ -49,6 +52,7 @@ export function runPaths(runsDir: string, runId: string): RunPaths {
     runDir,
     workspaceDir: join(runDir, "workspace"),
     baseDir: join(runDir, "base"),
+    logsDir: join(runDir, "logs"),
     sessionFile: join(runDir, "session.json"),
     tracePath: join(runDir, "trace.jsonl"),
     patchPath: join(runDir, "patch.diff"),
@@ -132,7 +136,8 @@ export async function openRun(opts: OpenRunOptions): Promise<{ session: RunDirSe
     if (state.task_id !== opts.task.id) {
       throw new Error(`--resume ${opts.resume}: that run is for task "${state.task_id}", not "${opts.task.id}"; pass --task ${state.task_id}`);
     }
-    if (!existsSync(join(paths.workspaceDir, ".git"))) throw new Error(`--resume ${opts.resume}: the workspace ${paths.workspaceDir} is missing or not a git repo`);
+    // lstat, not stat: the agent owned the workspace, and its .git may be a planted link.
+    if (!isRealFolderInside(paths.runDir, "workspace/.git")) throw new Error(`--resume ${opts.resume}: the workspace ${paths.workspaceDir} is missing or not a git repo (its .git must be a real folder)`);
     const resumed: SessionFile = { ...state, resumed_at: [...(state.resumed_at ?? []), (opts.now ?? new Date()).toISOString()] };
     writeJsonAtomic(paths.sessionFile, resumed);
     return { session: new RunDirSession(paths, resumed), resumed: true };

@@ -22,6 +22,8 @@ export interface SandboxRequest {
   readOnlyMounts: Array<{ host: string; sandbox: string }>;
   /** Host paths the sandbox must never see: the task folder (hidden/ with it), the package's tasks/, every run. */
   hiddenPaths: string[];
+  /** Host folder for exec logs, outside the workspace: runs/<run-id>/logs (read-only inside at /infradev/logs). */
+  logDir: string;
   python: string;
   sessionId: string;
   task: PublicTask;
@@ -91,6 +93,7 @@ export async function openSession(opts: SessionOptions): Promise<Session> {
     hostRepoDir: paths.workspaceDir,
     readOnlyMounts: baseHost ? [{ host: baseHost, sandbox: SANDBOX_BASE_DIR }] : [],
     hiddenPaths,
+    logDir: paths.logsDir,
     python: opts.python ?? task.spec.env.python,
     sessionId: paths.runId,
     task,

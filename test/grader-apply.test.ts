@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -201,8 +201,28 @@ describe("applyPatch (real git, real patch)", () => {
     const install = await installGradingTests(task, w);
     expect(install.reverted.sort()).toEqual(["tests/test_extra.py", "tests/test_ops.py"]);
     expect(existsSync(join(w.repoDir, "tests/test_extra.py"))).toBe(false);
-    expect(readFileSync(join(w.repoDir, "tests/test_ops.py"), "utf8")).toBe(readFileSync(join(task.hidden.testsDir, "tests/test_ops.py"), "utf8"));
-    expect(readFileSync(join(w.repoDir, "infradev_probes/conftest.py"), "utf8")).toBe(readFileSync(join(task.hidden.probesDir, "conftest.py"), "utf8"));
+    // The post-PR module is installed under a random name; the map says which.
+    const [installed] = Object.entries(install.staged.map.files).find(([, f]) => f.real === "tests/test_ops.py")!;
+    expect(existsSync(join(w.repoDir, "tests/test_ops.py"))).toBe(false);
+    expect(readFileSync(join(w.repoDir, installed), "utf8").split("\n")).toHaveLength(readFileSync(join(task.hidden.testsDir, "tests/test_ops.py"), "utf8").split("\n").length);
+    expect(readFileSync(join(w.repoDir, "tests/conftest.py"), "utf8")).toBe(readFileSync(join(task.hidden.testsDir, "tests/conftest.py"), "utf8"));
+    expect(readFileSync(join(w.repoDir, install.staged.probeDir, "conftest.py"), "utf8")).toBe(readFileSync(join(task.hidden.probesDir, "conftest.py"), "utf8"));
+    // The staged copy (what the sandbox binds read-only) is the same tree, outside the repo.
+    expect(install.staged.overlays).toEqual([{ host: join(install.staged.root, "0"), rel: "tests" }]);
+    expect(install.staged.root.startsWith(w.repoDir)).toBe(false);
+    expect(readFileSync(join(install.staged.root, "0", installed.slice("tests/".length)), "utf8")).toBe(readFileSync(join(w.repoDir, installed), "utf8"));
+  });
+
+  it("a test dir turned into a symlink (to /) by the patch is restored before anything is written there", async () => {
+    const w = await fresh();
+    const outside = mkdtempSync(join(scratch, "outside-"));
+    writeFileSync(join(outside, "keep.txt"), "keep\n");
+    rmSync(join(w.repoDir, "tests"), { recursive: true, force: true });
+    symlinkSync(outside, join(w.repoDir, "tests"));
+    const install = await installGradingTests(task, w, ["tests"]);
+    expect(readdirSync(outside)).toEqual(["keep.txt"]);
+    expect(lstatSync(join(w.repoDir, "tests")).isDirectory()).toBe(true);
+    expect(existsSync(join(w.repoDir, install.staged.probeDir, "conftest.py"))).toBe(true);
   });
 });
 
@@ -215,14 +235,17 @@ describe("bundled tasks (no ranks)", () => {
       const w = await freshWorkspace(t);
       try {
         expect(await applyPatch(w.repoDir, t.hidden.goldenPatch, w.baseCommit)).toMatchObject({ applied: true, method: "git_apply" });
-        await installGradingTests(t, w);
-        const plans = planSessions(t, w.repoDir);
+        const { staged } = await installGradingTests(t, w);
+        const plans = planSessions(t, w.repoDir, staged);
         const modes = Object.keys(t.fullSpec.modes);
         expect(plans.map((p) => p.mode)).toEqual(modes);
-        expect(plans.every((p) => p.name === "all" && p.pytestArgs.includes("infradev_probes"))).toBe(true);
+        // Official tests first, without the probes' folder; then the probes' folder.
+        expect(plans.every((p) => p.name === "all" && p.pytestArgs.slice(0, 3).join(" ") === `tests --ignore=${staged.probeDir} ${staged.probeDir}`)).toBe(true);
+        expect(staged.probeDir).toMatch(/^tests\/[a-z]{8}$/);
+        expect(plans.every((p) => p.canaries.length === 8)).toBe(true);
         // Case ids carry the mode only when there is more than one.
         expect(plans.map((p) => p.idPrefix)).toEqual(modes.length > 1 ? modes.map((m) => `${m}/`) : [""]);
-        expect(planSessions(t, w.repoDir, { combine: false }).map((p) => `${p.mode}.${p.name}`)).toEqual(modes.flatMap((m) => [`${m}.official`, `${m}.probe`]));
+        expect(planSessions(t, w.repoDir, staged, { combine: false }).map((p) => `${p.mode}.${p.name}`)).toEqual(modes.flatMap((m) => [`${m}.official`, `${m}.probe`]));
       } finally {
         removeWorkspace(w);
       }

@@ -12,7 +12,7 @@ import { iniSections, shlexQuote, shlexSplit } from "../grader/pytest-config.js"
 import { planSessions } from "../grader/sessions.js";
 import { planConfigReverts, planPytestPin, pyprojectPytestPart, pytestConcern, withoutSelection, type ChangedFile } from "../grader/test-config.js";
 import type { Calibration, GradeResult } from "../grader/types.js";
-import { freshWorkspace, removeWorkspace, revertTestConfig } from "../grader/workspace.js";
+import { freshWorkspace, installGradingTests, removeWorkspace, revertTestConfig } from "../grader/workspace.js";
 import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
 import { createSnapshot, diffAgainstBase } from "../tasks/snapshot.js";
 
@@ -197,8 +197,9 @@ describe("the restore on a real workspace (git, no ranks)", () => {
       expect(readFileSync(join(ws.repoDir, "tinyinfra/ops.py"), "utf8")).toContain("def all_mean");
       expect(readFileSync(join(ws.repoDir, ".gitignore"), "utf8")).toBe("conftest.py\n");
       // Sessions are pinned to the restored base config, without its -x.
-      const [p] = planSessions(task, ws.repoDir);
-      expect(p!.pytestArgs).toEqual(["tests", "infradev_probes", "--continue-on-collection-errors", "--rootdir=.", "--confcutdir=.", "-c", "pyproject.toml", "-o", "addopts=-ra"]);
+      const { staged } = await installGradingTests(task, ws, []);
+      const [p] = planSessions(task, ws.repoDir, staged);
+      expect(p!.pytestArgs).toEqual(["tests", `--ignore=${staged.probeDir}`, staged.probeDir, "--continue-on-collection-errors", "--rootdir=.", "--confcutdir=.", "-c", "pyproject.toml", "-o", "addopts=-ra"]);
     } finally {
       removeWorkspace(ws);
     }
@@ -219,7 +220,9 @@ describe("grading hostile and legitimate patches on real ranks", () => {
   beforeAll(async () => {
     const real = graderSandboxFactory("local", [root]);
     sandboxFactory = async (args) => {
-      const dir = join(args.hostRepoDir, "infradev_probes");
+      // The probes' folder: the one folder inside the staged first test dir.
+      const staged = args.readOnlyOverlays![0]!.host;
+      const dir = join(staged, readdirSync(staged, { withFileTypes: true }).find((e) => e.isDirectory() && e.name !== "__pycache__")!.name);
       seen = { pyproject: readFileSync(join(args.hostRepoDir, "pyproject.toml"), "utf8"), probes: readdirSync(dir).filter((n) => n !== "__pycache__").sort() };
       return real(args);
     };
@@ -282,6 +285,8 @@ describe("grading hostile and legitimate patches on real ranks", () => {
     expect(meta(out.artifactDir).tamper_findings.map((f) => f.file)).toEqual([".infradev/grade/cpu.all/rank0.results.jsonl"]);
     expect(seen!.pyproject).toContain('version = "0.2.0"');
     expect(seen!.pyproject).toContain("[tool.black]");
-    expect(seen!.probes).toEqual(readdirSync(task.hidden.probesDir).sort());
+    // The hidden probes' conftest, their module (renamed) and two canary modules (renamed).
+    expect(seen!.probes.filter((n) => !/^test_[a-z]{10}\.py$/.test(n))).toEqual(["conftest.py"]);
+    expect(seen!.probes).toHaveLength(4);
   }, 60_000);
 });

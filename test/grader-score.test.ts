@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { combineRuns } from "../grader/calibrate.js";
-import { caughtBy, demoExpectationFailures, labelSummary, type DemoReport } from "../grader/demo.js";
+import { caughtBy, demoExpectationFailures, demoTableRows, labelSummary, type DemoReport } from "../grader/demo.js";
 import { exceptionType, labelFailure } from "../grader/labels.js";
 import { flakyIds, goldView, scoreSet, scoreSubmission } from "../grader/score.js";
 import type { CaseRecord, GoldCase, GradeResult } from "../grader/types.js";
@@ -132,6 +132,45 @@ describe("failure labels (pure)", () => {
   });
 });
 
+describe("tampered and lost records (pure)", () => {
+  it("a tampered run scores 0 in both sets, keeps its evidence and the recorded outcomes, labels nothing", () => {
+    const r = scoreSubmission(goldView(cal), {
+      task_id: "t",
+      status: "tampered",
+      apply_method: "git_apply",
+      cases: [rec("t.py::a", "passed"), rec("t.py::b", "passed"), rec("infradev_probes/p.py::p", "passed")],
+      tamper_evidence: ["cpu.all: canary x must fail but is passed on rank 0"],
+    });
+    expect(r).toMatchObject({ status: "tampered", patch_applied: true, score: 0, passed: 0, resolved: false, resolved_strict: false, tamper_evidence: ["cpu.all: canary x must fail but is passed on rank 0"] });
+    expect(r.official).toEqual({ n_cases: 4, passed: 0, score: 0, resolved: false, resolved_strict: false });
+    expect(r.cases.find((c) => c.id === "t.py::a")).toEqual({ id: "t.py::a", suite: "official", outcome: "passed" });
+    expect(r.cases.every((c) => c.label === undefined)).toBe(true);
+    // Every other result carries an empty list.
+    expect(scoreSubmission(goldView(cal), { task_id: "t", status: "graded", apply_method: null, cases: [] }).tamper_evidence).toEqual([]);
+  });
+
+  it("a session whose records were lost counts its cases failed, labelled as a crash", () => {
+    const mode = (id: string) => gold(id, "passed", "passed", "passed");
+    const two = goldView({ cases: [mode("eager/t.py::a"), mode("graphs/t.py::a")] });
+    const r = scoreSubmission(two, { task_id: "t", status: "graded", apply_method: "git_apply", cases: [rec("eager/t.py::a", "passed")], lost_prefixes: ["graphs/"], reason: "records lost: graphs.all: …" });
+    expect(r.cases).toEqual([
+      { id: "eager/t.py::a", suite: "official", outcome: "passed" },
+      { id: "graphs/t.py::a", suite: "official", outcome: "failed", label: "structural:crash" },
+    ]);
+    expect(r).toMatchObject({ status: "graded", passed: 1, reason: "records lost: graphs.all: …" });
+  });
+
+  it("the text summary and the demo table show a tampered run with its evidence; the demo counts it as a broken expectation", async () => {
+    const { formatResult } = await import("../cli/grade.js");
+    const r = scoreSubmission(goldView(cal), { task_id: "t", status: "tampered", apply_method: "git_apply", cases: [], tamper_evidence: ["e1", "e2", "e3"], reason: "tampered: 3 piece(s) of evidence" });
+    expect(formatResult(r, "/r/result.json")).toContain("t: tampered (applied with git_apply) — tampered: 3 piece(s) of evidence\n");
+    expect(formatResult(r, "/r/result.json")).toContain("TAMPERED — scored 0; evidence (3):\n  - e1\n  - e2\n  - e3\n");
+    const report: DemoReport = { notRunnable: [], rows: [{ task: "t", kind: "golden", name: "golden", patchFile: "g", result: r, promises: {} }] };
+    expect(demoTableRows(report)[0]).toEqual(["t:golden", "no", "no", "0.000", "0.000", "— (TAMPERED: e1; e2; …)", ""]);
+    expect(demoExpectationFailures(report)).toEqual(["t:golden: graded tampered: e1 | e2 | e3"]);
+  });
+});
+
 describe("demo expectations (pure)", () => {
   const result = (resolvedA: boolean, resolvedB: boolean, score: number, labels: GradeResult["cases"] = []): GradeResult => ({
     task_id: "t",
@@ -145,6 +184,7 @@ describe("demo expectations (pure)", () => {
     resolved_strict: resolvedB,
     official: { n_cases: 1, passed: 1, score, resolved: resolvedA, resolved_strict: resolvedA },
     with_probes: { n_cases: 2, passed: 1, score, resolved: resolvedB, resolved_strict: resolvedB },
+    tamper_evidence: [],
     cases: labels,
   });
   it("accepts the InfraDev picture and names each broken expectation", () => {
@@ -201,5 +241,34 @@ describe("grade's text summary", () => {
     const flagged = formatResult(result, "/r/result.json", { tamper_findings: [{ file: "pkg/a.py", line: 3, what: "infradev's environment", text: "os.environ['INFRADEV_OUT_DIR']" }] });
     expect(flagged).toContain("flagged for review (not scored): 1 added line(s) reach for the grading harness\n  pkg/a.py:3  infradev's environment: os.environ['INFRADEV_OUT_DIR']");
     expect(formatResult(result, "/r/result.json")).not.toContain("flagged for review");
+  });
+});
+
+describe("where results go by default", () => {
+  it("outside the package: $INFRADEV_RESULTS_DIR, else $XDG_STATE_HOME/infradev/results, else ~/.local/state/infradev/results", async () => {
+    const { defaultResultsDir, insidePackage } = await import("../grader/results-dir.js");
+    const { homedir } = await import("node:os");
+    const { packageRoot } = await import("../lib/paths.js");
+    expect(defaultResultsDir({ INFRADEV_RESULTS_DIR: "/srv/r" })).toBe("/srv/r");
+    expect(defaultResultsDir({ XDG_STATE_HOME: "/var/state" })).toBe("/var/state/infradev/results");
+    expect(defaultResultsDir({ XDG_STATE_HOME: "relative/ignored" })).toBe(`${homedir()}/.local/state/infradev/results`);
+    expect(defaultResultsDir({})).toBe(`${homedir()}/.local/state/infradev/results`);
+    // A state dir inside the package is not used by default.
+    expect(insidePackage(defaultResultsDir({ XDG_STATE_HOME: `${packageRoot()}/state` }))).toBe(false);
+    expect(insidePackage(defaultResultsDir({}))).toBe(false);
+    expect(insidePackage(`${packageRoot()}/infradev-results`)).toBe(true);
+  });
+
+  it("the grade and demo commands default to it (an explicit --out anywhere is still allowed)", async () => {
+    const { Command } = await import("commander");
+    const { registerGradeCommands } = await import("../cli/grade.js");
+    const { registerDemoCommands } = await import("../cli/demo.js");
+    const { defaultResultsDir } = await import("../grader/results-dir.js");
+    const program = new Command();
+    registerGradeCommands(program);
+    registerDemoCommands(program);
+    const out = (name: string) => program.commands.find((c) => c.name() === name)!.options.find((o) => o.long === "--out")!.defaultValue;
+    expect(out("grade")).toBe(defaultResultsDir());
+    expect(out("demo")).toBe(`${defaultResultsDir()}/demo`);
   });
 });

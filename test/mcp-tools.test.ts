@@ -10,6 +10,7 @@ import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TOOL_NAMES } from "../tools/index.js";
+import { modeEnv } from "../tools/support/task-env.js";
 import { openInMemorySession, type InMemorySession } from "./mcp-helpers.js";
 
 const SNAPSHOT = join(import.meta.dirname, "fixtures", "tools-schema.json");
@@ -171,9 +172,27 @@ describe("tools", () => {
     const r = await call("measure", {});
     expect(r.isError).toBe(true);
     expect(text(r)).toMatch(/exactly one of/);
-    const unknownMode = await call("pytest_run", { mode: "cuda_graphs" });
-    expect(unknownMode.isError).toBe(true);
-    expect(text(unknownMode)).toMatch(/choose one of: eager/);
+  });
+
+  it("a mode argument accepts exactly the task's modes (an enum in the input schema), never a prototype key", async () => {
+    const { tools } = await client.listTools();
+    for (const name of ["pytest_run", "measure"]) {
+      const mode = (tools.find((t) => t.name === name)!.inputSchema.properties as Record<string, { enum?: string[] }>).mode;
+      expect(mode?.enum, name).toEqual(Object.keys(s.session.deps.task.spec.modes));
+    }
+    for (const mode of ["cuda_graphs", "constructor", "__proto__", "toString", "hasOwnProperty"]) {
+      for (const [tool, args] of [
+        ["pytest_run", { mode }],
+        ["measure", { mode, command: "true" }],
+      ] as const) {
+        const r = await call(tool, args);
+        expect(r.isError, `${tool} mode=${mode}`).toBe(true);
+        expect(text(r), `${tool} mode=${mode}`).toMatch(/Input validation error[\s\S]*mode/);
+        expect(r.structuredContent).toBeUndefined();
+      }
+      // The lookup behind the schema is an own-key lookup too.
+      expect(modeEnv(s.session.deps.task, mode).ok, mode).toBe(false);
+    }
   });
 
   it("get_diff shows the change and the functions it touches; submit records patch.diff", async () => {

@@ -1,35 +1,15 @@
 import { describe, expect, it } from "vitest";
-import { parseJUnit } from "../sandbox/junit.js";
-import { mergeRankReports } from "../sandbox/merge.js";
-
-const xml = (cases: string) => `<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">${cases}</testsuite></testsuites>`;
-
-describe("parseJUnit", () => {
-  it("reads outcomes, messages, times and decodes entities", () => {
-    const cases = parseJUnit(
-      xml(
-        `<testcase name="tests/test_a.py::test_ok" classname="tests/test_a.py" time="0.5"/>` +
-          `<testcase name="tests/test_a.py::test_bad[x&amp;y]" classname="tests/test_a.py" time="1.25"><failure message="assert 1 == 2">Traceback &lt;here&gt;</failure></testcase>` +
-          `<testcase name="tests/test_a.py::test_err" time="0"><error message="hang: killed after 5.0 s"><![CDATA[stack <raw>]]></error></testcase>` +
-          `<testcase name="tests/test_a.py::test_skip" time="0"><skipped message="no gpu"/></testcase>`,
-      ),
-    );
-    expect(cases).toEqual([
-      { id: "tests/test_a.py::test_ok", outcome: "passed", timeSec: 0.5, message: "", text: "" },
-      { id: "tests/test_a.py::test_bad[x&y]", outcome: "failed", timeSec: 1.25, message: "assert 1 == 2", text: "Traceback <here>" },
-      { id: "tests/test_a.py::test_err", outcome: "error", timeSec: 0, message: "hang: killed after 5.0 s", text: "stack <raw>" },
-      { id: "tests/test_a.py::test_skip", outcome: "skipped", timeSec: 0, message: "no gpu", text: "" },
-    ]);
-  });
-
-  it("turns pytest's own classname/name back into a node id", () => {
-    const [c] = parseJUnit(xml(`<testcase classname="tests.unit.test_b.TestSync" name="test_step[2]" time="0.1"/>`));
-    expect(c!.id).toBe("tests/unit/test_b.py::TestSync::test_step[2]");
-  });
-});
+import { mergeRankReports, type RankRecord } from "../sandbox/merge.js";
 
 describe("mergeRankReports", () => {
-  const c = (id: string, outcome: "passed" | "failed" | "error" | "skipped", timeSec = 1) => ({ id, outcome, timeSec, message: outcome, text: `${outcome} text` });
+  const c = (id: string, outcome: "passed" | "failed" | "error" | "skipped", timeSec = 1, extra: Partial<RankRecord> = {}): RankRecord => ({
+    nodeid: id,
+    outcome,
+    duration_s: timeSec,
+    message: outcome,
+    longrepr: `${outcome} text`,
+    ...extra,
+  });
 
   it("takes the worst outcome over ranks: error > failed > passed > skipped", () => {
     const merged = mergeRankReports([
@@ -64,10 +44,23 @@ describe("mergeRankReports", () => {
 
   it("carries per-rank resources and the probe marker", () => {
     const res = { wall_time_s: 0.1, peak_memory_bytes: 10, memory_kind: "host_rss", calls: { all_reduce: 3 }, bytes: { all_reduce: 48 } };
-    const [m] = mergeRankReports([[c("p", "passed")], [c("p", "passed")]], {
-      resources: [{ p: { ...res, markers: { probe: { promise: "avg", kind: "numerical" } } } }, { p: res }],
-    });
+    const [m] = mergeRankReports([[c("p", "passed", 1, { ...res, markers: { probe: { promise: "avg", kind: "numerical" } } })], [c("p", "passed", 1, res)]]);
     expect(m!.probe).toEqual({ promise: "avg", kind: "numerical" });
     expect(m!.ranks.map((r) => r.resources?.calls.all_reduce)).toEqual([3, 3]);
+  });
+
+  it("keeps the failure text as the excerpt (its tail when long) and none for a pass", () => {
+    const long = `head\n${"x".repeat(5000)}\nAssertionError: the end`;
+    const [m] = mergeRankReports([[c("f", "failed", 1, { longrepr: long })], [c("f", "passed")]]);
+    expect(m!.ranks[0]!.excerpt.endsWith("AssertionError: the end")).toBe(true);
+    expect(m!.ranks[0]!.excerpt.length).toBeLessThan(4100);
+    expect(m!.ranks[1]!.excerpt).toBe("");
+  });
+
+  it("treats a malformed record as an error, never as a pass, and a reduced one without resources", () => {
+    const bad = { nodeid: "b", outcome: "PASSED" } as unknown as RankRecord;
+    const [m] = mergeRankReports([[bad], [c("b", "passed", 1, { reduced: true })]]);
+    expect(m!.outcome).toBe("error");
+    expect(m!.ranks[1]!.resources).toBeUndefined();
   });
 });

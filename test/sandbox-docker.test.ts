@@ -72,8 +72,13 @@ describe.skipIf(!plan.run)("docker sandbox: commands and isolation", () => {
     expect(r.stdout.length).toBeLessThan(8192);
     expect(chunks.join("")).toContain("line 10000\n");
     expect(r.logPath).toBeDefined();
-    expect(r.logPath!.startsWith(join(task.workspace, ".infradev", "logs"))).toBe(true);
+    // Outside the workspace, read-only inside at /infradev/logs.
+    expect(r.logPath!.startsWith(sb.logDir)).toBe(true);
+    expect(r.logPath!.startsWith(task.workspace)).toBe(false);
     expect(readFileSync(r.logPath!, "utf8")).toContain("line 10000\nline 10001\n");
+    expect(r.sandboxLogPath).toMatch(/^\/infradev\/logs\/[^/]+\.log$/);
+    const inside = await sb.exec(["sh", "-c", 'grep -c "^line " "$1"; echo x > "$1" || echo refused', "sh", r.sandboxLogPath!]);
+    expect(inside.stdout).toBe("20000\nrefused\n");
   });
 
   it("maps workspace paths to the host and refuses others", () => {
@@ -130,6 +135,36 @@ describe.skipIf(!plan.run)("docker sandbox: commands and isolation", () => {
     } finally {
       await wide.close();
     }
+  });
+
+  it("read-only overlays (contract C): nested in the workspace, cannot be written, renamed or deleted; host copy unchanged", async () => {
+    const probes = join(task.root, "overlay-probes");
+    mkdirSync(probes);
+    writeFileSync(join(probes, "test_probe.py"), "def test_probe():\n    assert True\n");
+    const ov = await openTestSandbox(task, { readOnlyOverlays: [{ host: probes, rel: "tests/probes" }], sessionId: `vitest-overlay-${process.pid}` });
+    try {
+      const r = await ov.exec([
+        "sh",
+        "-c",
+        [
+          "cat tests/probes/test_probe.py",
+          "echo forged > tests/probes/test_probe.py || echo no-write",
+          "mv tests/probes/test_probe.py tests/probes/x.py || echo no-rename",
+          "rm -f tests/probes/test_probe.py || echo no-delete",
+          "rmdir tests/probes || echo no-rmdir",
+          "mv tests/probes tests/moved || echo no-move",
+          "mv tests tests_old || echo no-move-parent",
+        ].join("\n"),
+      ]);
+      expect(r.stdout).toContain("assert True");
+      for (const w of ["no-write", "no-rename", "no-delete", "no-rmdir", "no-move", "no-move-parent"]) expect(r.stdout).toContain(w);
+      expect(r.stderr).toMatch(/Read-only file system/);
+      expect(readFileSync(join(probes, "test_probe.py"), "utf8")).toBe("def test_probe():\n    assert True\n");
+      expect(readFileSync(join(probes, "test_probe.py"), "utf8")).not.toContain("forged");
+    } finally {
+      await ov.close();
+    }
+    await expect(openTestSandbox(task, { readOnlyOverlays: [{ host: probes, rel: "../escape" }] })).rejects.toThrow(/rel/);
   });
 
   it("cannot write outside the workspace (read-only root, system and helper mounts)", async () => {

@@ -390,7 +390,10 @@ describe("local sandbox: output", () => {
     expect(streamed).toBe(seqBytes + "tail-of-stderr\n".length);
     expect(full).toContain("\n50000\n");
     expect(full).toContain("100000\n");
-    expect(r.logPath!.startsWith(join(workspace, ".infradev", "logs"))).toBe(true);
+    // The log lives outside the workspace; the sandbox reads it at /infradev/logs.
+    expect(r.logPath!.startsWith(sb.logDir)).toBe(true);
+    expect(r.logPath!.startsWith(workspace)).toBe(false);
+    expect(r.sandboxLogPath).toMatch(/^\/infradev\/logs\/[^/]+\.log$/);
     const inside = await sb.exec(["wc", "-c", r.sandboxLogPath!]);
     expect(inside.stdout).toContain(r.sandboxLogPath!);
   });

@@ -70,6 +70,25 @@ describe("OutputCapture", () => {
     expect(out.stdout).toMatch(/^x+\n\[\.\.\. 912 bytes omitted \.\.\.\]\nx+$/);
   });
 
+  it("caps the stored log: head + marker line + tail, the dropped count reported; small output is kept whole", async () => {
+    const cap = new OutputCapture({ maxOutputBytes: 100, logDir: join(dir, "capped"), logHeader: ["h"], logHeadBytes: 10, logTailBytes: 6 });
+    cap.write("stdout", "0123456");
+    cap.write("stderr", "789abcdef");
+    cap.write("stdout", "ghijklmnop");
+    cap.write("stdout", "qrstuvwxyz");
+    const out = await cap.finish(["end"]);
+    const total = 7 + 9 + 10 + 10;
+    expect(out.logTruncatedBytes).toBe(total - 16);
+    expect(readFileSync(out.logPath!, "utf8")).toBe(
+      `# h\n0123456789\n[infradev: ${total - 16} bytes dropped: the log kept the first 10 and last 6 bytes]\nuvwxyz\n# end\n`,
+    );
+    const small = new OutputCapture({ logDir: join(dir, "capped"), logHeadBytes: 10, logTailBytes: 6 });
+    small.write("stdout", "0123456789abcdef");
+    const whole = await small.finish();
+    expect(whole.logTruncatedBytes).toBe(0);
+    expect(readFileSync(whole.logPath!, "utf8")).toBe("0123456789abcdef");
+  });
+
   it("names logs by time and a random id, so concurrent commands never collide", () => {
     const ids = new Set(Array.from({ length: 50 }, () => newExecId(new Date("2025-01-02T03:04:05.678Z"))));
     expect(ids.size).toBe(50);

@@ -17,11 +17,12 @@ import { registerTool, type ToolContext } from "./support/register.js";
 import { errorResult, okResult } from "./support/result.js";
 import { newResultsDir } from "./support/results-dir.js";
 import { firstBadTestPath } from "./support/sandbox-paths.js";
-import { modeEnv, randomPort } from "./support/task-env.js";
+import { modeEnv, modeSchema, randomPort } from "./support/task-env.js";
 
 const DEFAULT_COMMAND_TIMEOUT_SEC = 600;
 
-export const MeasureInput = z.object({
+/** The input schema for one task: `mode` is an enum of the task's modes. */
+export const measureInput = (task: ToolDeps["task"]) => z.object({
   tests: z
     .array(z.string())
     .max(100)
@@ -37,7 +38,7 @@ export const MeasureInput = z.object({
         "(e.g. `python $INFRADEV_WORKSPACE/bench.py`). Give tests or command.",
     ),
   ranks: z.number().int().min(1).max(64).optional().describe("number of ranks (default: the task's ranks)"),
-  mode: z.string().optional().describe("execution mode (default: the task's default mode)"),
+  mode: modeSchema(task, "execution mode, one of the task's modes (default: the task's default mode)"),
   compare_with_base: z.boolean().optional().describe("also measure the pristine base checkout the same way and report after / before ratios"),
   timeout_sec: z.number().int().min(1).max(86_400).optional().describe("tests: per-test limit (default: the task's); command: whole-command limit (default 600)"),
 });
@@ -109,7 +110,7 @@ export function registerMeasureTool(server: McpServer, deps: ToolDeps): void {
         "`command` (a shell command run on N ranks, every Python process measured). With compare_with_base the same measurement runs on " +
         "the pristine base checkout and the after / before ratios are returned: this is how to show that an optimisation really saves " +
         "the resource it promises.",
-      input: MeasureInput,
+      input: measureInput(deps.task),
       output: MeasureOutput,
       annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     },

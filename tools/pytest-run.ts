@@ -16,16 +16,17 @@ import {
   toTestResult,
 } from "./support/run-summary.js";
 import { firstBadTestPath, hostToSandboxPath } from "./support/sandbox-paths.js";
-import { modeEnv } from "./support/task-env.js";
+import { modeEnv, modeSchema } from "./support/task-env.js";
 
 const MAX_TESTS = 300;
 const MAX_RANKS = 64;
 
-export const PytestRunInput = z.object({
+/** The input schema for one task: `mode` is an enum of the task's modes. */
+export const pytestRunInput = (task: ToolDeps["task"]) => z.object({
   paths: z.array(z.string()).max(100).optional().describe("test files, folders or node ids relative to the workspace (default: the task's test dirs)"),
   ranks: z.number().int().min(1).max(MAX_RANKS).optional().describe("number of ranks (default: the task's ranks); 1 runs a single process"),
   k: z.string().max(1000).optional().describe("pytest -k expression to select tests"),
-  mode: z.string().optional().describe("execution mode (see get_task's modes; default: the task's default mode)"),
+  mode: modeSchema(task, "execution mode, one of the task's modes (see get_task; default: the task's default mode)"),
   timeout_sec: z.number().int().min(1).max(86_400).optional().describe("per-test wall-clock limit (default: the task's); a test past it is reported as a hang"),
 });
 
@@ -55,7 +56,7 @@ export function registerPytestRunTool(server: McpServer, deps: ToolDeps): void {
         "the whole process group killed when a rank dies or hangs) and merges the ranks per test: error > failed > passed > skipped, a test " +
         "missing on a rank counts as failed. Returns each test's outcome, per-rank failure excerpts, hangs named as hangs, and per-test, " +
         "per-rank resources (time, peak memory, collective calls and bytes). Sends progress (tests done / total) when asked.",
-      input: PytestRunInput,
+      input: pytestRunInput(deps.task),
       output: PytestRunOutput,
       annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     },
@@ -81,7 +82,7 @@ export function registerPytestRunTool(server: McpServer, deps: ToolDeps): void {
         onProgress: (done, total) => ctx.progress(done, total, `${done}/${total} tests done`),
       });
       const durationMs = Date.now() - started;
-      const resultsDir = hostToSandboxPath(run.hostOutDir, sandbox.hostRepoDir, sandbox.repoDir) ?? run.hostOutDir;
+      const resultsDir = run.sandboxOutDir;
       const trace = { exit_code: run.exec.exitCode, ranks, mode: env.mode, status: run.launch?.status ?? "harness_error", tests: run.cases.length };
       if (run.harnessError) {
         return { ...errorResult(`pytest_run: the launcher could not run the tests (not a test failure): ${run.harnessError}\nper-rank logs: ${resultsDir}`), trace };

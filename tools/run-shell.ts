@@ -3,7 +3,7 @@ import { z } from "zod";
 import type { ToolDeps } from "./support/deps.js";
 import { registerTool } from "./support/register.js";
 import { capText, errorResult, okResult } from "./support/result.js";
-import { hostToSandboxPath, resolveInside } from "./support/sandbox-paths.js";
+import { resolveInside } from "./support/sandbox-paths.js";
 
 export const RUN_SHELL_DEFAULT_TIMEOUT_SEC = 120;
 export const RUN_SHELL_MAX_TIMEOUT_SEC = 3600;
@@ -31,8 +31,14 @@ export const RunShellOutput = z.object({
   cancelled: z.boolean(),
   stdout: z.string(),
   stderr: z.string(),
-  truncated: z.boolean().describe("true when stdout/stderr were cut (head and tail kept); the full log is at log_path"),
-  log_path: z.string().nullable().describe("full log, as the sandbox sees it"),
+  truncated: z.boolean().describe("true when stdout/stderr were cut (head and tail kept); the log at log_path has more"),
+  log_path: z.string().nullable().describe("the command's log (stdout and stderr), as the sandbox sees it (read-only, under /infradev/logs)"),
+  log_truncated_bytes: z
+    .number()
+    .int()
+    .min(0)
+    .describe("bytes the stored log dropped: it keeps the head and the tail of the output (8 MiB each by default) with a marker line between; 0 when it holds all"),
+  process_limit_hit: z.boolean().describe("true when the command reached the sandbox's process limit (forks were refused)"),
   duration_ms: z.number(),
   cwd: z.string(),
   isolated: z.boolean().describe("false only for the `none` sandbox: nothing is isolated"),
@@ -63,7 +69,8 @@ export function registerRunShellTool(server: McpServer, deps: ToolDeps): void {
       const res = await sandbox.exec(["bash", "-c", args.command], { cwd: cwd.path, timeoutSec, maxOutputBytes: MAX_OUTPUT_BYTES, signal: ctx.signal });
       const trace = { exit_code: res.exitCode, timed_out: res.timedOut, cancelled: res.cancelled, stdout_bytes: Buffer.byteLength(res.stdout), stderr_bytes: Buffer.byteLength(res.stderr) };
       if (res.harnessError) return { ...errorResult(`run_shell: the sandbox failed (not your command): ${res.harnessError}`), trace };
-      const logPath = res.sandboxLogPath ?? (res.logPath ? (hostToSandboxPath(res.logPath, sandbox.hostRepoDir, sandbox.repoDir) ?? res.logPath) : null);
+      const logPath = res.sandboxLogPath ?? null;
+      const logDropped = res.logTruncatedBytes ?? 0;
       const out: z.infer<typeof RunShellOutput> = {
         exit_code: res.exitCode,
         signal: res.signal,
@@ -73,6 +80,8 @@ export function registerRunShellTool(server: McpServer, deps: ToolDeps): void {
         stderr: res.stderr,
         truncated: res.truncated,
         log_path: logPath,
+        log_truncated_bytes: logDropped,
+        process_limit_hit: res.pidsLimitHit === true,
         duration_ms: res.durationMs,
         cwd: cwd.path,
         isolated: res.isolated,
@@ -83,7 +92,8 @@ export function registerRunShellTool(server: McpServer, deps: ToolDeps): void {
         : res.cancelled
           ? "cancelled; the whole process tree was killed"
           : `exit ${res.exitCode ?? `signal ${res.signal}`} in ${res.durationMs} ms`;
-      const parts = [`${head}${res.warning ? ` [${res.warning}]` : res.isolated ? "" : " [sandbox: none, NOT isolated]"}${res.truncated && logPath ? ` (output capped; full log: ${logPath})` : ""}`];
+      const logNote = logDropped > 0 ? ` (output capped; the log at ${logPath} kept its head and tail, ${logDropped} bytes dropped between)` : res.truncated && logPath ? ` (output capped; full log: ${logPath})` : "";
+      const parts = [`${head}${res.warning ? ` [${res.warning}]` : res.isolated ? "" : " [sandbox: none, NOT isolated]"}${logNote}`];
       if (res.stdout) parts.push(`--- stdout ---\n${capText(res.stdout, TEXT_STREAM_CHARS).text}`);
       if (res.stderr) parts.push(`--- stderr ---\n${capText(res.stderr, TEXT_STREAM_CHARS).text}`);
       const text = parts.join("\n");

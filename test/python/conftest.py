@@ -32,16 +32,41 @@ def pg():
 '''
 
 
+BUNDLE_PREFIX = "INFRADEV-BUNDLE "
+
+
+def parse_bundle(stdout):
+    """The launcher's result bundle: the last non-empty stdout line, the only one with the prefix."""
+    lines = [l for l in stdout.splitlines() if l.strip()]
+    bundles = [l for l in lines if l.startswith(BUNDLE_PREFIX)]
+    assert len(bundles) == 1 and lines[-1] == bundles[0], "expected exactly one bundle, last: %r" % lines[-3:]
+    return json.loads(bundles[0][len(BUNDLE_PREFIX):])
+
+
 class LaunchRun:
+    """One launcher run, seen as the host sees it: through the bundle on its stdout."""
+
     def __init__(self, out_dir, proc, elapsed_s):
         self.out_dir = out_dir
         self.returncode = proc.returncode
+        self.stdout = proc.stdout
         self.stderr = proc.stderr
         self.elapsed_s = elapsed_s
-        self.launch = read_json(os.path.join(out_dir, "launch.json"))
+        self.bundle = parse_bundle(proc.stdout)
+        self.launch = dict(self.bundle["launch"], collected=self.bundle["collected"])
+        self.integrity = self.bundle["integrity"]
+
+    def records(self, rank):
+        """{nodeid: record} of one rank, from the bundle."""
+        [entry] = [r for r in self.bundle["ranks"] if r["rank"] == rank]
+        return {rec["nodeid"]: rec for rec in entry["records"]}
 
     def junit(self, rank):
-        """{nodeid: (outcome, message)} from rank{rank}.xml."""
+        """{nodeid: (outcome, message)} of one rank, from the bundle."""
+        return {nodeid: (rec["outcome"], rec["message"]) for nodeid, rec in self.records(rank).items()}
+
+    def file_junit(self, rank):
+        """{nodeid: (outcome, message)} from the rank{rank}.xml the launcher leaves for the agent."""
         root = ET.parse(os.path.join(self.out_dir, "rank%d.xml" % rank)).getroot()
         cases = {}
         for case in root.iter("testcase"):
@@ -52,6 +77,9 @@ class LaunchRun:
                     outcome, message = name, child.get("message", "")
             cases[case.get("name")] = (outcome, message)
         return cases
+
+    def log_text(self, name):
+        return next((l["text"] for l in self.bundle["logs"] if l["name"] == name), None)
 
     def probe(self, rank):
         return read_json(os.path.join(self.out_dir, "rank%d.probe.json" % rank))
@@ -91,6 +119,7 @@ def scratch(tmp_path):
         work = tmp_path / "work"
         work.mkdir(exist_ok=True)
         for name, body in files.items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_text(textwrap.dedent(body))
         out_dir = str(tmp_path / "out")
         cmd = [sys.executable, LAUNCHER, "--nproc", str(nproc), "--out-dir", out_dir] + list(launcher_args)

@@ -1,23 +1,30 @@
-"""The launcher's command line and its run: sessions, restarts after a hang or crash, launch.json."""
+"""The launcher's command line and its run: sessions, restarts after a hang or crash, launch.json,
+and the result bundle, the last line of its stdout (bundle.py)."""
 
 import _signal  # the C module: `signal` builds its enums at import (~8 ms before the ranks start)
 import os
 import sys
 import time
 
-from infradev_outputs import write_json_atomic
+from infradev_outputs import is_temp_name, write_json_atomic
 
 from . import procs
-from .session import run_session
+from .session import Progress, run_session
 
+# Exit codes; each goes with exactly one launch status, and every one of them comes with a bundle.
 EXIT_CODES = {"ok": 0, "tests_failed": 1, "hang": 2, "crash": 2, "run_timeout": 2, "interrupted": 2, "launch_error": 3}
+NONCE_ENV = "INFRADEV_BUNDLE_NONCE"
 USAGE = (
     "infradev_launch.py --nproc N --out-dir DIR [--per-test-timeout SEC] [--run-timeout SEC] [--grace SEC] "
-    "[--launcher builtin|torchrun] [--no-continue] -- <pytest args...>"
+    "[--launcher builtin|torchrun] [--no-continue] [--plugin NAME]... -- <pytest args...>"
 )
 
 
 class UsageError(Exception):
+    pass
+
+
+class OutDirError(OSError):
     pass
 
 
@@ -58,6 +65,12 @@ def _nproc(text):
     return value
 
 
+def _plugin(text):
+    if not text or text.startswith("-") or "\0" in text:
+        raise ValueError("must be a plugin module name (got %r)" % text)
+    return text
+
+
 def _launcher(text):
     if text not in ("builtin", "torchrun"):
         raise ValueError("must be builtin or torchrun (got %s)" % text)
@@ -65,8 +78,10 @@ def _launcher(text):
 
 
 # The launcher's options, once: (flag, destination, convert or None for a switch, default, help).
-# A switch stores `not default`. Required options have the default REQUIRED.
+# A switch stores `not default`. Required options have the default REQUIRED; a default of APPEND
+# makes a repeatable option collecting a list.
 REQUIRED = object()
+APPEND = object()
 OPTIONS = (
     ("--nproc", "nproc", _nproc, REQUIRED, "number of ranks"),
     ("--out-dir", "out_dir", str, REQUIRED, "folder for logs, JUnit XML and JSON results"),
@@ -80,6 +95,7 @@ OPTIONS = (
     ("--no-continue", "cont", None, True, "stop after a hang or crash"),
     ("--max-restarts", "max_restarts", int, 20, "restarts after hangs / crashes (default 20)"),
     ("--python", "python", str, sys.executable, "interpreter for the ranks (default: this one)"),
+    ("--plugin", "plugins", _plugin, APPEND, "a pytest plugin every rank loads (-p NAME; repeatable)"),
 )
 
 
@@ -119,15 +135,19 @@ def _parse_plain(own):
         else:
             return None
         try:
-            values[dest] = convert(text)
+            value = convert(text)
         except ValueError:
             return None
+        if default is APPEND:
+            values.setdefault(dest, []).append(value)
+        else:
+            values[dest] = value
         i += 1
     for _, dest, _, default, _ in OPTIONS:
         if dest not in values:
             if default is REQUIRED:
                 return None
-            values[dest] = default
+            values[dest] = [] if default is APPEND else default
     return Config(**values)
 
 
@@ -153,6 +173,8 @@ def _parse_argparse(own):
             parser.add_argument(flag, dest=dest, action="store_false" if default else "store_true", help=text)
         elif default is REQUIRED:
             parser.add_argument(flag, dest=dest, type=typed(convert), required=True, help=text)
+        elif default is APPEND:
+            parser.add_argument(flag, dest=dest, type=typed(convert), action="append", default=[], help=text)
         else:
             parser.add_argument(flag, dest=dest, type=typed(convert), default=default, help=text)
     try:
@@ -169,25 +191,68 @@ def parse_args(argv):
         own, pytest_args = argv, []
     cfg = _parse_plain(own) or _parse_argparse(own)
     cfg.pytest_args = pytest_args
+    cfg.out_dir_arg = cfg.out_dir
     cfg.out_dir = os.path.abspath(cfg.out_dir)
+    cfg.out_fd = None
     return cfg
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_out_dir(path):
+    """A descriptor of the out dir, created as needed, every later access relative to it. No
+    component may be a symlink (the code under test could plant one to send the launcher's files
+    elsewhere): a relative path is walked from the cwd, an absolute one from /, each component opened
+    with O_NOFOLLOW (runRanks passes a path relative to the cwd, so only the workspace's own
+    folders are checked)."""
+    fd = os.open("/" if os.path.isabs(path) else ".", _DIR_FLAGS)
+    try:
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            try:
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                try:
+                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    raise OutDirError("out dir %s: cannot use %r: %s" % (path, part, exc.strerror or exc))
+            except OSError as exc:
+                raise OutDirError("out dir %s: %r is a symlink or not a folder (%s); refusing to use it" % (path, part, exc.strerror or exc))
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _stale(name):
-    """Files of an earlier run in the out dir: rank<digit>....<ext>, launch.json, torchrun.log, skip.json."""
-    if name in ("launch.json", "torchrun.log", "skip.json"):
+    """Files of an earlier run in the out dir: rank<digit>....<ext>, launch.json, torchrun.log, skip.json,
+    temporary files."""
+    if name in ("launch.json", "torchrun.log", "skip.json") or is_temp_name(name):
         return True
     return name.startswith("rank") and name[4:5].isdigit() and "." in name
 
 
-def _prepare_out_dir(out_dir):
-    os.makedirs(out_dir, exist_ok=True)
-    for name in os.listdir(out_dir):
+def _prepare_out_dir(cfg):
+    fd = cfg.out_fd
+    for name in os.listdir(fd):
         if _stale(name):
             try:
-                os.remove(os.path.join(out_dir, name))
-            except (FileNotFoundError, IsADirectoryError):
+                os.unlink(name, dir_fd=fd)  # a planted link goes itself; its target stays untouched
+            except FileNotFoundError:
                 pass
+            except IsADirectoryError:
+                try:
+                    os.rmdir(name, dir_fd=fd)
+                except OSError:
+                    pass
 
 
 def _skip_after(per_rank, events):
@@ -219,16 +284,18 @@ def _status(sessions, events, launch_error, summary, collection_errors):
 
 
 def run(cfg, stop):
+    """The whole run; returns (launch summary, the bundle's other parts)."""
     t_launch = time.monotonic()
     run_deadline = t_launch + cfg.run_timeout
-    _prepare_out_dir(cfg.out_dir)
+    _prepare_out_dir(cfg)
     launcher = cfg.launcher
     sessions, events, notes = [], [], []
     launch_error = None
     skip = set()
     collected, collection_errors = None, []
+    progress = Progress()
     while True:
-        result = run_session(cfg, len(sessions), launcher, skip, stop, run_deadline, t_launch)
+        result = run_session(cfg, len(sessions), launcher, skip, stop, run_deadline, t_launch, progress)
         from . import report  # loaded by run_session while the ranks started, not before them
         if result.start_failure:
             if cfg.no_fallback:
@@ -257,13 +324,18 @@ def run(cfg, stop):
         if len(sessions) > cfg.max_restarts:
             notes.append("stopped after %d restarts (--max-restarts)" % cfg.max_restarts)
             break
-        skip = _skip_after(report.rank_records(cfg.out_dir, cfg.nproc, sessions), events)
+        skip = _skip_after(report.rank_records(cfg.nproc, sessions), events)
         if not [t for t in _collected_ids(result) if t not in skip]:
             break
-    per_rank = report.rank_records(cfg.out_dir, cfg.nproc, sessions)
+    from . import integrity
+
+    per_rank = report.rank_records(cfg.nproc, sessions)
     for rank, records in enumerate(per_rank):
-        report.write_junit(os.path.join(cfg.out_dir, "rank%d.xml" % rank), rank, records)
-        report.write_probe_json(cfg.out_dir, rank, cfg.nproc, records)
+        try:
+            report.write_junit(cfg, rank, records)
+            report.write_probe_json(cfg, rank, records)
+        except OSError as exc:  # for the agent only; the host has the bundle
+            notes.append("could not write rank%d.xml / rank%d.probe.json: %s" % (rank, rank, exc))
     summary = report.merged_summary(per_rank, collected or [])
     status = _status(sessions, events, launch_error, summary, collection_errors)
     survivors = sum(s.survivors for s in sessions)
@@ -285,11 +357,37 @@ def run(cfg, stop):
         "error": launch_error,
         "notes": notes,
         "pytest_args": cfg.pytest_args,
+        "plugins": cfg.plugins,
         "per_test_timeout_s": cfg.per_test_timeout,
         "run_timeout_s": cfg.run_timeout,
+        "hardening": dict(procs.HARDENING),
     }
-    write_json_atomic(os.path.join(cfg.out_dir, "launch.json"), launch)
-    return launch
+    try:
+        write_json_atomic("launch.json", launch, cfg.out_fd)
+    except OSError as exc:
+        launch["notes"].append("could not write launch.json: %s" % exc)
+    known = set(collected or []) | {i for recs in per_rank for i in recs}
+    checks = integrity.integrity(cfg, sessions, known)
+    return launch, {"collected": collected or [], "per_rank": per_rank, "integrity": checks, "logs": _bundle_logs(cfg)}
+
+
+def _bundle_logs(cfg):
+    """(name, bytes) of the logs the host keeps as artifacts: each file's tail only."""
+    from infradev_outputs import rank_name, read_bytes
+
+    from .bundle import CAPS
+
+    cap = CAPS["log_tail_bytes"]
+    out = []
+    for rank in range(cfg.nproc):
+        for suffix in ("log", "stacks.txt"):
+            data = read_bytes(rank_name(rank, suffix), cfg.out_fd, cap=cap, tail=True)
+            if data:
+                out.append((rank_name(rank, suffix), data))
+    data = read_bytes("torchrun.log", cfg.out_fd, cap=cap, tail=True)
+    if data:
+        out.append(("torchrun.log", data))
+    return out
 
 
 def _one_line(launch, out_dir):
@@ -304,19 +402,39 @@ def _one_line(launch, out_dir):
     return "infradev_launch: %s: %s in %.1f s" % (status, counts, launch["duration_s"])
 
 
-def _write_launch_error(out_dir, nproc, launcher, message):
-    """launch.json for a run that never started, so callers always find one where they can."""
-    if not out_dir:
-        return
+def _launch_error(nproc, launcher, message):
+    return {
+        "launcher": launcher, "launcher_requested": launcher, "nproc": nproc, "status": "launch_error",
+        "exit_codes": [], "duration_s": 0.0, "restarts": 0, "events": [], "collected": [],
+        "collection_errors": [], "summary": None, "sessions": [], "error": message, "notes": [],
+        "hardening": dict(procs.HARDENING),
+    }
+
+
+def _write_launch_error(out_dir, out_fd, launch):
+    """launch.json for a run that never started, for the agent (the host has the bundle)."""
+    if not out_dir and out_fd is None:
+        return  # no out dir given, or it could not be opened: nowhere safe to write
     try:
-        os.makedirs(out_dir, exist_ok=True)
-        write_json_atomic(os.path.join(out_dir, "launch.json"), {
-            "launcher": launcher, "launcher_requested": launcher, "nproc": nproc, "status": "launch_error",
-            "exit_codes": [], "duration_s": 0.0, "restarts": 0, "events": [], "collected": [],
-            "collection_errors": [], "summary": None, "sessions": [], "error": message, "notes": [],
-        })
+        fd = out_fd if out_fd is not None else open_out_dir(out_dir)
+        try:
+            write_json_atomic("launch.json", launch, fd)
+        finally:
+            if out_fd is None:
+                os.close(fd)
     except OSError:
         pass
+
+
+def print_bundle(line):
+    """The bundle goes last on stdout, in one write, and nothing follows it."""
+    out = sys.stdout
+    out.flush()
+    data = line.encode("ascii")
+    fd = out.fileno()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _raw_option(argv, name):
@@ -331,27 +449,47 @@ def _raw_option(argv, name):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    # The host's nonce for the bundle, out of the environment before anything is started.
+    nonce = os.environ.pop(NONCE_ENV, "")
+    procs.harden()  # non-dumpable + subreaper, before any rank exists
+    from .bundle import bundle_line, minimal_bundle_line
+
     try:
         cfg = parse_args(argv)
     except UsageError as exc:
         sys.stderr.write("infradev_launch: error: %s\nusage: %s\n" % (exc, USAGE))
-        _write_launch_error(_raw_option(argv, "--out-dir"), None, _raw_option(argv, "--launcher") or "builtin", "usage: %s" % exc)
+        launch = _launch_error(None, _raw_option(argv, "--launcher") or "builtin", "usage: %s" % exc)
+        _write_launch_error(_raw_option(argv, "--out-dir"), None, launch)
+        print_bundle(minimal_bundle_line(nonce, launch))
         return EXIT_CODES["launch_error"]
     stop = StopFlag()
     for sig in (_signal.SIGTERM, _signal.SIGINT):
         _signal.signal(sig, lambda signum, _frame: stop.set(signum))
-    procs.become_subreaper()
     try:
-        launch = run(cfg, stop)
+        cfg.out_fd = open_out_dir(cfg.out_dir_arg)
+        launch, parts = run(cfg, stop)
     except OSError as exc:
         sys.stderr.write("infradev_launch: launch error: %s\n" % exc)
-        _write_launch_error(cfg.out_dir, cfg.nproc, cfg.launcher, str(exc))
+        launch = _launch_error(cfg.nproc, cfg.launcher, str(exc))
+        _write_launch_error(None, cfg.out_fd, launch)
+        print_bundle(minimal_bundle_line(nonce, launch))
         return EXIT_CODES["launch_error"]
-    except Exception as exc:  # a launcher bug: say so in launch.json rather than leave none
+    except Exception as exc:  # a launcher bug: say so in the bundle rather than print none
         import traceback
 
         traceback.print_exc()
-        _write_launch_error(cfg.out_dir, cfg.nproc, cfg.launcher, "launcher failure: %r" % (exc,))
+        launch = _launch_error(cfg.nproc, cfg.launcher, "launcher failure: %r" % (exc,))
+        _write_launch_error(None, cfg.out_fd, launch)
+        print_bundle(minimal_bundle_line(nonce, launch))
         return EXIT_CODES["launch_error"]
-    sys.stderr.write(_one_line(launch, cfg.out_dir) + "\n")
+    line = _one_line(launch, cfg.out_dir)
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    logs = parts["logs"] + [("launcher.txt", ("\n".join([line] + list(launch.get("notes") or [])) + "\n").encode("utf-8", "replace"))]
+    try:
+        text = bundle_line(nonce, launch, parts["collected"], parts["per_rank"], parts["integrity"], logs)
+    except Exception as exc:  # noqa: BLE001 - still a bundle, saying why there are no records
+        launch = _launch_error(cfg.nproc, cfg.launcher, "launcher failure while building the bundle: %r" % (exc,))
+        text = minimal_bundle_line(nonce, launch)
+    print_bundle(text)
     return EXIT_CODES[launch["status"]]

@@ -5,6 +5,9 @@ Both expose the same small surface to the session monitor: `wait(timeout)`, `exi
 kill). The built-in one is exact; torchrun hides its workers behind its agent process, so there each
 rank runs under infradev_rank_entry.py, which records the rank's pid and exit code in the out dir.
 
+Every rank runs `python -s infradev_rank_boot.py` (see that file): its pytest arguments come in a
+spec on its stdin (a sealed memfd), not in argv.
+
 The built-in ranks are started with posix_spawn and watched through pidfds, not with subprocess and
 a waiter thread each: everything the launcher imports before the ranks start adds to the wall time
 of every run, and subprocess + threading + queue cost about 15 ms of start-up. The rest of the
@@ -15,23 +18,36 @@ import os
 import select
 import time
 
-from infradev_outputs import PYTEST_PREFIX, rank_file, read_json
+from infradev_outputs import RANK_BOOT, SPEC_ENV, SPEC_HEX_ENV, encode_spec, file_size, junit_name, open_append, rank_name, read_json, spec_fd
 
 from . import procs
 
 ENTRY = os.path.join(procs.HERE, "infradev_rank_entry.py")
+BOOT = os.path.join(procs.HERE, RANK_BOOT)
 
 
-def rank_command(python, pytest_args):
-    return [python] + PYTEST_PREFIX + list(pytest_args)
+def rank_command(python):
+    # -s: no user site-packages (a .pth file there would run before the boot); see infradev_rank_boot.py
+    return [python, "-s", BOOT]
 
 
-def _open_log(out_dir, name, session):
-    log = open(os.path.join(out_dir, name), "ab")
+def rank_spec(cfg, rank, session, skip):
+    """The spec of one rank: the run's pytest args + pytest's own JUnit report for this rank and
+    session (last, so it wins over one in the run's args); rank None: without it (torchrun's entry
+    adds it, knowing its rank)."""
+    args = list(cfg.pytest_args)
+    if rank is not None:
+        args.append("--junitxml=" + os.path.join(cfg.out_dir, junit_name(rank, session)))
+    return encode_spec(args, cfg.plugins, sorted(skip), cfg.out_dir, session)
+
+
+def _open_log(cfg, name, session):
+    """(descriptor, size before this session) of a log appended across sessions."""
+    fd = open_append(name, cfg.out_fd)
+    start = os.fstat(fd).st_size
     if session > 0:
-        log.write(b"\n===== infradev: restart %d (session %d) =====\n" % (session, session))
-        log.flush()
-    return log
+        os.write(fd, b"\n===== infradev: restart %d (session %d) =====\n" % (session, session))
+    return fd, start
 
 
 def _inherited_fds():
@@ -53,11 +69,15 @@ def _inherited_fds():
     return fds
 
 
-def spawn(argv, env, log_fd, close_fds):
+def spawn(argv, env, log_fd, close_fds, stdin_fd=None):
     """Start argv in a new session (its own process group: killpg takes the rank's whole tree),
-    stdin from /dev/null, stdout and stderr to log_fd. Returns the pid."""
-    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)]
-    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in close_fds if fd != log_fd]
+    stdin from stdin_fd (the rank spec) or /dev/null, stdout and stderr to log_fd. Returns the pid."""
+    if stdin_fd is None:
+        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    else:
+        actions = [(os.POSIX_SPAWN_DUP2, stdin_fd, 0)]
+    actions += [(os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in close_fds if fd not in (log_fd, stdin_fd)]
     start = os.posix_spawn if os.sep in argv[0] else os.posix_spawnp
     return start(argv[0], argv, env, file_actions=actions, setsid=True)
 
@@ -72,26 +92,33 @@ def _exit_code(status):
 class BuiltinRanks:
     kind = "builtin"
 
-    def __init__(self, cfg, env, session):
+    def __init__(self, cfg, env, session, skip):
         self._codes = [None] * cfg.nproc
         self._times = [None] * cfg.nproc
         self.pids = []
+        self.log_starts = []  # per rank: size of rank{r}.log before this session
         self._pidfds = {}  # pidfd -> rank, while the rank runs
         self._poll = None
-        argv = rank_command(cfg.python, cfg.pytest_args)
+        argv = rank_command(cfg.python)
+        env = dict(env, **{SPEC_ENV: "fd:0"})
         close = _inherited_fds()
         for rank in range(cfg.nproc):
-            log = _open_log(cfg.out_dir, "rank%d.log" % rank, session)
+            spec = spec_fd(rank_spec(cfg, rank, session, skip))
+            log = None
             try:
-                pid = spawn(argv, procs.rank_env(env, rank), log.fileno(), close)
+                log, start = _open_log(cfg, rank_name(rank, "log"), session)
+                pid = spawn(argv, procs.rank_env(env, rank), log, close, stdin_fd=spec)
             except OSError:
                 procs.kill_tree(self.pids, 1.0, set(self.pids))
                 for started in self.pids:
                     os.waitpid(started, 0)
                 raise
             finally:
-                log.close()
+                os.close(spec)
+                if log is not None:
+                    os.close(log)
             self.pids.append(pid)
+            self.log_starts.append(start)
         self._open_pidfds()
 
     def _open_pidfds(self):
@@ -174,7 +201,7 @@ class TorchrunRanks:
 
     kind = "torchrun"
 
-    def __init__(self, cfg, env, session):
+    def __init__(self, cfg, env, session, skip):
         import subprocess
         import threading
 
@@ -185,18 +212,22 @@ class TorchrunRanks:
             cfg.python, "-m", "torch.distributed.run",
             "--nnodes", "1", "--nproc_per_node", str(cfg.nproc), "--max_restarts", "0",
             "--master_addr", "127.0.0.1", "--master_port", env["MASTER_PORT"],
-            ENTRY, cfg.out_dir, "--",
-        ] + list(cfg.pytest_args)
-        agent_env = dict(env)
+            ENTRY,
+        ]
+        # torchrun closes every other descriptor of its workers: the spec goes through the agent's
+        # environment to the entry, which hands it to its rank boot on a memfd and drops the variable.
+        agent_env = dict(env, **{SPEC_HEX_ENV: rank_spec(cfg, None, session, skip).hex()})
         for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR"):
             agent_env.pop(name, None)
-        log = _open_log(cfg.out_dir, "torchrun.log", session)
+        # The ranks' logs are opened by the entry; their sizes now are where this session's part starts.
+        self.log_starts = [file_size(rank_name(rank, "log"), cfg.out_fd) for rank in range(cfg.nproc)]
+        log, _start = _open_log(cfg, "torchrun.log", session)
         try:
             self.agent = subprocess.Popen(
                 cmd, env=agent_env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         finally:
-            log.close()
+            os.close(log)
         threading.Thread(target=self._wait_agent, daemon=True).start()
 
     def _wait_agent(self):
@@ -207,7 +238,7 @@ class TorchrunRanks:
         self._done.wait(timeout)
 
     def _entry(self, rank, what):
-        return read_json(rank_file(self.cfg.out_dir, rank, what + ".json"))
+        return read_json(rank_name(rank, what + ".json"), dir_fd=self.cfg.out_fd)
 
     def exit_codes(self):
         codes = []
@@ -240,16 +271,15 @@ class TorchrunRanks:
         3.11 does), else None."""
         if not self._done.is_set() or any(self._entry(r, "entry") for r in range(self.cfg.nproc)):
             return None
-        try:
-            with open(os.path.join(self.cfg.out_dir, "torchrun.log"), "rb") as f:
-                lines = [l for l in f.read().decode("utf-8", "replace").splitlines() if l.strip()]
-        except OSError:
-            lines = []
+        from infradev_outputs import read_bytes
+
+        text = (read_bytes("torchrun.log", self.cfg.out_fd, cap=65536, tail=True) or b"").decode("utf-8", "replace")
+        lines = [l for l in text.splitlines() if l.strip()]
         last = lines[-1].strip() if lines else "no output"
         return "torchrun exited with code %s before starting any rank: %s" % (self._code, last)
 
 
-def start_ranks(cfg, launcher, env, session):
+def start_ranks(cfg, launcher, env, session, skip):
     cls = TorchrunRanks if launcher == "torchrun" else BuiltinRanks
-    return cls(cfg, env, session)
+    return cls(cfg, env, session, skip)
 

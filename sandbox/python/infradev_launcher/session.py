@@ -1,9 +1,13 @@
 """One session: start the ranks, watch their progress files, stop them on hang / crash / timeout."""
 
 import os
+import sys
 import time
 
-from infradev_outputs import STATE_CONFIGURED, STATE_FINISHED, STATE_IDLE, STATE_RUNNING, rank_file, read_json, write_json_atomic
+from infradev_outputs import (
+    STATE_CONFIGURED, STATE_FINISHED, STATE_IDLE, STATE_RUNNING, file_size, is_temp_name, junit_name, open_append,
+    rank_name, read_bytes, read_json,
+)
 
 from . import procs
 from .ranks import start_ranks
@@ -13,6 +17,29 @@ PYTEST_USAGE_ERROR = 4
 STACK_WAIT_S = 1.0
 # Files that describe one session only; results.jsonl, the logs and stacks.txt span the whole run.
 PER_SESSION = ("current.json", "collected.json", "entry.json", "exit.json", "probe.json")
+PROGRESS_PREFIX = "INFRADEV-PROGRESS "
+
+
+class Progress:
+    """Tests done / total of the whole run, from rank 0's current.json, printed to stderr as
+    `INFRADEV-PROGRESS {"done":n,"total":m}` whenever it changes (runRanks reads the stream). After a
+    restart rank 0 runs only what is left: done = total - (left this session - done this session)."""
+
+    def __init__(self, stream=None):
+        self.total = None
+        self.last = None
+        self.stream = stream or sys.stderr
+
+    def update(self, state):
+        if not state or not isinstance(state.get("total"), int) or not isinstance(state.get("done"), int):
+            return
+        if self.total is None:
+            self.total = state["total"]
+        done = min(self.total, max(0, self.total - (state["total"] - state["done"])))
+        if (done, self.total) != self.last:
+            self.last = (done, self.total)
+            self.stream.write('%s{"done":%d,"total":%d}\n' % (PROGRESS_PREFIX, done, self.total))
+            self.stream.flush()
 
 
 class SessionResult:
@@ -32,6 +59,11 @@ class SessionResult:
         self.skipped = 0
         self.ended_at = 0.0  # wall clock when the ranks were stopped (or had all exited)
         self.killed = {}  # rank -> {nodeid: record} of tests killed mid-run (report.killed_records)
+        self.killed_ranks = []  # ranks still alive when the session was stopped (the launcher killed them)
+        self.log_starts = []  # per rank: where this session's part of rank{r}.log starts
+        self.log_ends = []  # per rank: ... and where it ends (its size once the session's processes are gone)
+        self.results_starts = []  # per rank: size of rank{r}.results.jsonl before the session
+        self.records = []  # per rank: every record the plugin wrote this session, in order (report.session_records)
 
     def summary(self):
         return {
@@ -72,23 +104,73 @@ def describe_exit(code):
     return "exited with code %d" % code
 
 
-def _clear_session_files(out_dir, nproc):
-    for rank in range(nproc):
+def _unlink(name, dir_fd):
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        os.rmdir(name, dir_fd=dir_fd)  # a folder planted under a file's name: fails unless empty
+
+
+def _clear_session_files(cfg, session):
+    """Per-session files of the ranks (and anything planted under their names) go before a session."""
+    fd = cfg.out_fd
+    for rank in range(cfg.nproc):
         for suffix in PER_SESSION:
+            _unlink(rank_name(rank, suffix), fd)
+        _unlink(junit_name(rank, session), fd)
+        for suffix in ("results.jsonl", "stacks.txt", "log"):
+            name = rank_name(rank, suffix)
             try:
-                os.remove(rank_file(out_dir, rank, suffix))
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
-                pass
-    for name in os.listdir(out_dir):
-        if name.startswith("rank") and ".json.tmp" in name:
+                continue
+            if st.st_mode & 0o170000 != 0o100000:  # a link / FIFO planted under a file the run appends to
+                _unlink(name, fd)
+    for name in os.listdir(fd):
+        if name.startswith("rank") and is_temp_name(name):
             try:
-                os.remove(os.path.join(out_dir, name))
+                os.unlink(name, dir_fd=fd)
             except OSError:
                 pass
 
 
-def _states(out_dir, nproc):
-    return [read_json(rank_file(out_dir, r, "current.json")) for r in range(nproc)]
+def clean_state(state):
+    """A rank's current.json with typed fields, or None (the code under test can write anything there)."""
+    if not isinstance(state, dict) or not isinstance(state.get("state"), str):
+        return None
+    out = {"state": state["state"]}
+    nodeid = state.get("nodeid")
+    out["nodeid"] = nodeid[:2048] if isinstance(nodeid, str) else None
+    for key in ("since",):
+        value = state.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) < 1e12:
+            out[key] = float(value)
+    for key in ("index", "done", "total", "pid", "session", "exitstatus", "tests"):
+        value = state.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[key] = value
+    return out
+
+
+def _strings(value, cap=2048):
+    return [v[:cap] for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def clean_collected(obj):
+    """A rank's collected.json with typed fields, or None."""
+    if not isinstance(obj, dict):
+        return None
+    errors = []
+    for err in obj.get("errors") or []:
+        if isinstance(err, dict):
+            errors.append({k: (err.get(k) if isinstance(err.get(k), str) else "")[:8192] for k in ("nodeid", "file", "message")})
+    return {"ids": _strings(obj.get("ids")), "deselected_by_skip_list": _strings(obj.get("deselected_by_skip_list")), "errors": errors}
+
+
+def _states(cfg):
+    return [clean_state(read_json(rank_name(r, "current.json"), dir_fd=cfg.out_fd, cap=1 << 20)) for r in range(cfg.nproc)]
 
 
 def _finished(state):
@@ -164,18 +246,28 @@ def _earliest_running(states, codes):
     return rank, test
 
 
-def dump_stacks(out_dir, pids, states, reason):
+STACKS_CAP = 256 << 10
+
+
+def dump_stacks(cfg, pids, states, reason):
     """SIGUSR1 each live rank (its plugin registered faulthandler on it) and return what they dumped."""
     import signal
 
+    fd = cfg.out_fd
     offsets = {}
     for rank, pid in enumerate(pids):
         if not pid or not states[rank]:
             continue
-        path = rank_file(out_dir, rank, "stacks.txt")
-        with open(path, "a", encoding="utf-8") as f:
-            f.write("\n===== infradev: stacks of rank %d (pid %d): %s =====\n" % (rank, pid, reason))
-            offsets[rank] = f.tell()
+        name = rank_name(rank, "stacks.txt")
+        try:
+            out = open_append(name, fd)
+        except OSError:
+            continue
+        try:
+            os.write(out, ("\n===== infradev: stacks of rank %d (pid %d): %s =====\n" % (rank, pid, reason)).encode("utf-8", "replace"))
+            offsets[rank] = os.fstat(out).st_size
+        finally:
+            os.close(out)
         try:
             os.kill(pid, signal.SIGUSR1)
         except ProcessLookupError:
@@ -184,28 +276,24 @@ def dump_stacks(out_dir, pids, states, reason):
     pending = set(offsets)
     while pending and time.monotonic() < deadline:
         time.sleep(0.05)
-        pending = {r for r in pending if os.path.getsize(rank_file(out_dir, r, "stacks.txt")) <= offsets[r]}
+        pending = {r for r in pending if file_size(rank_name(r, "stacks.txt"), fd) <= offsets[r]}
     time.sleep(0.05)  # let a dump that has begun complete
     stacks = {}
     for rank, offset in offsets.items():
-        with open(rank_file(out_dir, rank, "stacks.txt"), encoding="utf-8", errors="replace") as f:
-            f.seek(offset)
-            stacks[rank] = f.read()
+        data = read_bytes(rank_name(rank, "stacks.txt"), fd, cap=STACKS_CAP, offset=offset)
+        stacks[rank] = (data or b"").decode("utf-8", "replace")
     return stacks
 
 
-def _log_tail(out_dir, rank, lines=3):
-    try:
-        with open(rank_file(out_dir, rank, "log"), "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
+def _log_tail(cfg, rank, lines=3):
+    data = read_bytes(rank_name(rank, "log"), cfg.out_fd, cap=4096, tail=True)
+    if data is None:
         return "no log"
-    kept = [l.strip() for l in text.splitlines() if l.strip()]
+    kept = [l.strip() for l in data.decode("utf-8", "replace").splitlines() if l.strip()]
     return " | ".join(kept[-lines:]) or "empty log"
 
 
-def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch):
+def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch, progress):
     """Poll until the ranks are done or must be stopped (result.event says why). Returns the ranks
     that exited without finishing their session: {rank: (wall clock, exit code)}."""
     abnormal = {}  # rank -> (wall clock when seen, exit code): exits without a finished session
@@ -217,7 +305,8 @@ def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch):
             return abnormal
         now = time.time()
         codes = ranks.exit_codes()
-        states = _states(cfg.out_dir, cfg.nproc)
+        states = _states(cfg)
+        progress.update(states[0])
         if stop.is_set():
             result.event = make_event("interrupted", None, None, time.monotonic() - t_launch,
                                       "the launcher received %s" % stop.reason, session, t_launch)
@@ -228,7 +317,7 @@ def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch):
             if test:
                 detail += " while rank %d was running %s" % (rank, test)
             result.event = make_event("run_timeout", rank, test, time.monotonic() - t_launch, detail, session, t_launch)
-            result.stacks = dump_stacks(cfg.out_dir, ranks.signal_pids(), states, detail)
+            result.stacks = dump_stacks(cfg, ranks.signal_pids(), states, detail)
             return abnormal
         times = ranks.exit_times()
         for rank, code in enumerate(codes):
@@ -248,38 +337,37 @@ def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch):
             hang = _find_hang(cfg, states, codes, now, ready_at, session, t_launch)
         if hang is not None:
             result.event = hang
-            result.stacks = dump_stacks(cfg.out_dir, ranks.signal_pids(), states, hang["detail"])
+            result.stacks = dump_stacks(cfg, ranks.signal_pids(), states, hang["detail"])
             return abnormal
 
 
-def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
-    _clear_session_files(cfg.out_dir, cfg.nproc)
-    skip_file = None
-    if skip_ids:
-        skip_file = os.path.join(cfg.out_dir, "skip.json")
-        write_json_atomic(skip_file, sorted(skip_ids))
+def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch, progress):
+    _clear_session_files(cfg, session)
     port = procs.free_port()
     result = SessionResult(session, launcher, port)
     result.skipped = len(skip_ids)
-    env = procs.base_env(cfg.nproc, port, cfg.out_dir, session, skip_file)
+    result.results_starts = [file_size(rank_name(r, "results.jsonl"), cfg.out_fd) for r in range(cfg.nproc)]
+    env = procs.base_env(cfg.nproc, port, cfg.out_dir, session)
     t0 = time.monotonic()
     try:
-        ranks = start_ranks(cfg, launcher, env, session)
+        ranks = start_ranks(cfg, launcher, env, session, skip_ids)
     except OSError as exc:
         result.launch_error = "could not start the ranks: %s" % exc
         return result
+    result.log_starts = list(ranks.log_starts)
     # The ranks take a while to import pytest: load what watching and reporting need now, not before
     # starting them (the launcher's own start-up adds to the wall time of every run).
     from . import report
 
     report.preload()
     try:
-        abnormal = _watch(cfg, ranks, result, stop, run_deadline, session, t_launch)
+        abnormal = _watch(cfg, ranks, result, stop, run_deadline, session, t_launch, progress)
     except BaseException:  # a bug of ours must not leave the ranks running
         procs.kill_tree(ranks.roots(), cfg.kill_grace, ranks.tracked())
         raise
     killed = False
     result.ended_at = time.time()
+    result.killed_ranks = [r for r, code in enumerate(ranks.exit_codes()) if code is None]
     if not ranks.done():
         killed = True
     if killed or not procs.surely_no_descendants():
@@ -291,14 +379,19 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch):
         procs.reap_orphans(ranks.tracked())
     result.duration_s = time.monotonic() - t0
     result.exit_codes = ranks.exit_codes()
-    result.final_states = _states(cfg.out_dir, cfg.nproc)
-    result.collected = [read_json(rank_file(cfg.out_dir, r, "collected.json")) for r in range(cfg.nproc)]
+    result.final_states = _states(cfg)
+    progress.update(result.final_states[0])
+    result.collected = [clean_collected(read_json(rank_name(r, "collected.json"), dir_fd=cfg.out_fd)) for r in range(cfg.nproc)]
+    # Every process of the session is gone: what the plugin wrote this session is read now, once
+    # (a later session's code cannot rewrite it any more).
+    result.records = [report.session_records(cfg, r, session, result.results_starts[r]) for r in range(cfg.nproc)]
+    result.log_ends = [file_size(rank_name(r, "log"), cfg.out_fd) for r in range(cfg.nproc)]
     result.start_failure = ranks.start_failure()
     if result.start_failure or result.event is not None:
         return result
     usage = [r for r, code in enumerate(result.exit_codes) if code == PYTEST_USAGE_ERROR]
     if usage:
-        result.launch_error = "pytest usage error (exit 4) on rank %d: %s" % (usage[0], _log_tail(cfg.out_dir, usage[0]))
+        result.launch_error = "pytest usage error (exit 4) on rank %d: %s" % (usage[0], _log_tail(cfg, usage[0]))
         return result
     if not killed:  # everyone exited by themselves: every unfinished exit is abnormal
         times = ranks.exit_times()
@@ -316,7 +409,7 @@ def _classify_abnormal(cfg, result, abnormal, session, t_launch):
     state = result.final_states[first]
     if state is None:
         never = [r for r in sorted(abnormal) if result.final_states[r] is None]
-        result.launch_error = "rank %d %s before pytest started (%s)" % (never[0], describe_exit(code), _log_tail(cfg.out_dir, never[0]))
+        result.launch_error = "rank %d %s before pytest started (%s)" % (never[0], describe_exit(code), _log_tail(cfg, never[0]))
         return
     test = state.get("nodeid") if state.get("state") == STATE_RUNNING else None
     where = "while running %s" % test if test else "outside any test (state: %s)" % state.get("state")

@@ -2,16 +2,22 @@
 
 Always: registers the `probe(promise=..., kind=...)` marker. With INFRADEV_OUT_DIR set (the launcher
 sets it), also records, for this rank (RANK, default 0), into that folder:
-  rank{r}.current.json    the test running now and since when (atomically replaced; the launcher's
-                          hang detector reads it)
-  rank{r}.results.jsonl   one line per finished test (setup + call + teardown merged)
+  rank{r}.current.json    the test running now and since when, tests done / total this session
+                          (atomically replaced; the launcher's hang detector and progress read it)
+  rank{r}.results.jsonl   one line per finished test (setup + call + teardown merged, and each phase)
   rank{r}.collected.json  node ids collected (after -k / skip-list deselection) and collection errors
   rank{r}.probe.json      every test of the session, written at session end
   rank{r}.stacks.txt      Python stacks of every thread, dumped when the launcher sends SIGUSR1
-Tests listed in the JSON file named by INFRADEV_SKIP_FILE are deselected (the launcher's restarts).
+Tests in the skip list of the rank boot's spec (or, used standalone, the JSON file named by
+INFRADEV_SKIP_FILE) are deselected (the launcher's restarts). Under the launcher it also:
+  - sets PYTEST_CURRENT_TEST to a neutral `test_<sha1(nodeid)[:12]> (<when>)` in every phase (pytest's
+    own value names the test, and code under test must not tell a probe from another test by it);
+  - keeps pytest's verbosity at -1 or more, so the rank log always ends with pytest's own summary
+    line ("3 failed, 21 passed in 4.2s"), one of the launcher's independent records.
 """
 
 import faulthandler
+import hashlib
 import json
 import os
 import signal
@@ -30,6 +36,7 @@ from infradev_outputs import (
     STATE_IDLE,
     STATE_RUNNING,
     cap_text,
+    open_append,
     rank_file,
     read_json,
     write_json_atomic,
@@ -39,6 +46,33 @@ from . import measure
 
 PROBE_KINDS = ("numerical", "resource", "state", "condition")
 _MEASURED_FIELDS = ("wall_time_s", "peak_memory_bytes", "peak_memory_delta_bytes", "reserved_memory_bytes", "memory_kind", "calls", "bytes")
+CURRENT_TEST_VAR = "PYTEST_CURRENT_TEST"
+# Set by infradev_rank_boot.py before pytest.main: {"args", "plugins", "skip", "out_dir", "session"}.
+BOOT_SPEC = None
+
+
+def neutral_test_name(nodeid):
+    return "test_%s" % hashlib.sha1(nodeid.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
+def _neutral_current_test_var(item, when):
+    """Stands in for _pytest.runner._update_current_test_var: the same set / pop, a neutral value."""
+    if when:
+        os.environ[CURRENT_TEST_VAR] = "%s (%s)" % (neutral_test_name(item.nodeid), when)
+    else:
+        os.environ.pop(CURRENT_TEST_VAR)
+
+
+def neutralise_current_test_var():
+    """pytest sets PYTEST_CURRENT_TEST to "<nodeid> (<when>)" at the start of each phase, in the
+    runner's own hook, right before fixtures and the test run: no hook of ours comes between. So the
+    runner's helper is replaced (it exists under that name in pytest 6 to 9). False if it is not there."""
+    from _pytest import runner
+
+    if not callable(getattr(runner, "_update_current_test_var", None)):
+        return False
+    runner._update_current_test_var = _neutral_current_test_var
+    return True
 
 
 def pytest_configure(config):
@@ -49,7 +83,19 @@ def pytest_configure(config):
     )
     out_dir = os.environ.get(OUT_DIR_ENV)
     if out_dir and not config.pluginmanager.has_plugin("infradev_rank_recorder"):
+        if not neutralise_current_test_var():
+            sys.stderr.write("infradev_probe.plugin: warning: cannot neutralise PYTEST_CURRENT_TEST on this pytest\n")
+        _summary_line_on(config)
         config.pluginmanager.register(RankRecorder(out_dir), "infradev_rank_recorder")
+
+
+def _summary_line_on(config):
+    """-qq would drop pytest's summary line (the launcher reads it as an independent record)."""
+    try:
+        if int(config.option.verbose) < -1:
+            config.option.verbose = -1
+    except (AttributeError, TypeError, ValueError):
+        pass
 
 
 def probe_marker(item):
@@ -73,6 +119,14 @@ def _short_message(report):
         return crash.message
     lines = [l for l in str(longrepr).splitlines() if l.strip()]
     return lines[-1] if lines else ""
+
+
+def phase_outcomes(reports):
+    """{"setup": "passed"|"failed"|"skipped", "call": ..., "teardown": ...} of the phases that ran, and
+    whether the test was an expected failure (xfail / xpass)."""
+    phases = {when: rep.outcome for when, rep in reports.items()}
+    xfail = any(hasattr(rep, "wasxfail") for rep in reports.values())
+    return phases, xfail
 
 
 def merge_phases(reports):
@@ -118,15 +172,20 @@ class RankRecorder:
         self._measured = None
         self._index = {}
         self._current = rank_file(out_dir, self.rank, "current.json")
+        self._done = 0
+        self._total = None
         os.makedirs(out_dir, exist_ok=True)
-        self._results = open(rank_file(out_dir, self.rank, "results.jsonl"), "a", encoding="utf-8")
+        # Appends that never follow a link planted under these names (the launcher removed stale
+        # files before the session; anything here now was put by the code under test).
+        self._results = open_append(rank_file(out_dir, self.rank, "results.jsonl"))
         # Our own file, not stderr: pytest's fd capture would swallow a dump taken mid-test.
-        self._stacks = open(rank_file(out_dir, self.rank, "stacks.txt"), "a", encoding="utf-8")
+        self._stacks = open_append(rank_file(out_dir, self.rank, "stacks.txt"))
         faulthandler.register(signal.SIGUSR1, file=self._stacks, all_threads=True, chain=False)
         self._progress(STATE_CONFIGURED, None)
 
     def _progress(self, state, nodeid, **extra):
-        record = {"state": state, "nodeid": nodeid, "since": time.time(), "pid": os.getpid(), "session": self.session}
+        record = {"state": state, "nodeid": nodeid, "since": time.time(), "pid": os.getpid(), "session": self.session,
+                  "done": self._done, "total": self._total}
         record.update(extra)
         write_json_atomic(self._current, record)
 
@@ -138,8 +197,11 @@ class RankRecorder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items):
-        skip_path = os.environ.get(SKIP_FILE_ENV)
-        skip = set(read_json(skip_path, []) or []) if skip_path else set()
+        if BOOT_SPEC is not None:
+            skip = set(BOOT_SPEC.get("skip") or ())
+        else:
+            skip_path = os.environ.get(SKIP_FILE_ENV)
+            skip = set(read_json(skip_path, []) or []) if skip_path else set()
         self._all_ids = [item.nodeid for item in items]
         if skip:
             kept = [item for item in items if item.nodeid not in skip]
@@ -157,6 +219,7 @@ class RankRecorder:
         ids = [item.nodeid for item in session.items]
         # Position in the run order: the launcher blames the earliest test any rank is stuck in.
         self._index = {nodeid: i for i, nodeid in enumerate(ids)}
+        self._total = len(ids)
         self._progress(STATE_COLLECTED, None, tests=len(ids))
         write_json_atomic(
             rank_file(self.out_dir, self.rank, "collected.json"),
@@ -189,10 +252,13 @@ class RankRecorder:
 
     def _finish(self, item):
         outcome, when, message, longrepr = merge_phases(self._reports)
+        phases, xfail = phase_outcomes(self._reports)
         record = {
             "nodeid": item.nodeid,
             "outcome": outcome,
             "when": when,
+            "phases": phases,
+            "xfail": xfail,
             "duration_s": sum(r.duration for r in self._reports.values()),
             "message": message,
             "longrepr": longrepr,
@@ -206,11 +272,12 @@ class RankRecorder:
         if m is not None:
             self.memory_kind = m.memory_kind
         self.tests[item.nodeid] = record
-        self._results.write(json.dumps(record, default=str) + "\n")
-        self._results.flush()
+        self._done += 1
+        os.write(self._results, (json.dumps(record, default=str) + "\n").encode("utf-8", "surrogateescape"))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus):
+        _summary_line_on(session.config)  # again: a conftest may have lowered it since configure
         write_json_atomic(
             rank_file(self.out_dir, self.rank, "probe.json"),
             {"rank": self.rank, "world_size": self.world_size, "memory_kind": self.memory_kind, "tests": self.tests},
@@ -219,5 +286,5 @@ class RankRecorder:
 
     def pytest_unconfigure(self, config):
         faulthandler.unregister(signal.SIGUSR1)
-        self._results.close()
-        self._stacks.close()
+        os.close(self._results)
+        os.close(self._stacks)

@@ -1,0 +1,323 @@
+import { randomInt } from "node:crypto";
+import { lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { execa } from "execa";
+import { pythonHelpersDir } from "../lib/paths.js";
+import type { ProbeMarker } from "../sandbox/merge.js";
+import { sha256 } from "./files.js";
+import type { Suite } from "./types.js";
+
+/**
+ * The install map of one grading run: which installed test (random file, class and function names)
+ * is which real test. Pure functions over the map written by sandbox/python/infradev_grading.py, plus
+ * the canaries and the content hashes of the staged files.
+ *
+ * Installed ids never leave the grader: every case id, collection error and message is mapped back
+ * to the real id before it is saved, so results, calibrations and scores read as they always have.
+ */
+
+export type InstalledSuite = Suite | "canary";
+
+export interface InstalledFile {
+  /** The real repo-relative path (probes: `infradev_probes/<file>`; canaries: `infradev_canaries/...`). */
+  real: string;
+  suite: InstalledSuite;
+  /** installed module-level name → real name (test functions and Test* classes). */
+  names: Record<string, string>;
+  /** installed class name → { installed method → real method }. */
+  methods: Record<string, Record<string, string>>;
+  /** Other names bound at module level (not renamed): a unittest class, an imported test. */
+  known: string[];
+}
+
+export interface InstallMap {
+  /** Keyed by the installed repo-relative path (`tests/test_qkzjd….py`). */
+  files: Record<string, InstalledFile>;
+  /** Probe markers by real id without parameters (`infradev_probes/f.py::test_x`, or a class). */
+  markers: Record<string, ProbeMarker>;
+  /** The probes' helper modules, renamed too: installed path → real path. */
+  helpers?: Record<string, string>;
+}
+
+export interface MappedId {
+  id: string;
+  suite: InstalledSuite;
+  probe?: ProbeMarker;
+}
+
+/** `name[params]` → [name, "[params]"]. */
+function splitParams(part: string): [string, string] {
+  const i = part.indexOf("[");
+  return i < 0 ? [part, ""] : [part.slice(0, i), part.slice(i)];
+}
+
+/**
+ * The real id of an installed case id, or null when it names nothing that was installed (a file not
+ * in the map, or a module-level name that is neither renamed nor bound in that module). Parameter
+ * suffixes are kept as they are; names below a class that were not renamed (inherited methods) are
+ * kept too.
+ */
+export function mapCaseId(map: InstallMap, installed: string): MappedId | null {
+  const parts = installed.split("::");
+  const file = map.files[parts[0]!];
+  if (!file) return null;
+  const out = [file.real];
+  if (parts.length > 1) {
+    const last = parts.length - 1;
+    const [top, topParams] = splitParams(parts[1]!);
+    const realTop = file.names[top] ?? (file.known.includes(top) ? top : null);
+    if (realTop === null) return null;
+    out.push(`${realTop}${last === 1 ? topParams : ""}`);
+    if (last >= 2) {
+      const [method, params] = splitParams(parts[2]!);
+      out.push(`${file.methods[top]?.[method] ?? method}${last === 2 ? params : ""}`);
+      out.push(...parts.slice(3));
+    }
+  }
+  const id = out.join("::");
+  // The closest marker wins, as pytest's get_closest_marker does: the method's, then its class's.
+  const bare = out.map((p, i) => (i === out.length - 1 ? splitParams(p)[0] : p));
+  let probe: ProbeMarker | undefined;
+  for (let n = bare.length; n >= 2 && !probe; n--) probe = map.markers[bare.slice(0, n).join("::")];
+  return { id, suite: file.suite, ...(probe ? { probe } : {}) };
+}
+
+/**
+ * Every installed path and name in a text replaced by the real one (messages, tracebacks, collection
+ * errors). Installed names are random, long and unique, so a plain replacement cannot hit anything else.
+ */
+export function unmapText(map: InstallMap, text: string, extra: ReadonlyArray<[string, string]> = []): string {
+  if (!text) return text;
+  let out = text;
+  for (const [installed, f] of Object.entries(map.files)) {
+    out = out.split(installed).join(f.real);
+    const base = installed.split("/").at(-1)!;
+    const realBase = f.real.split("/").at(-1)!;
+    out = out.split(base).join(realBase).split(base.replace(/\.py$/, "")).join(realBase.replace(/\.py$/, ""));
+    for (const [a, b] of Object.entries(f.names)) out = out.split(a).join(b);
+    for (const ms of Object.values(f.methods)) for (const [a, b] of Object.entries(ms)) out = out.split(a).join(b);
+  }
+  for (const [installed, real] of Object.entries(map.helpers ?? {})) {
+    out = out.split(installed).join(real);
+    const stem = (p: string) => p.split("/").at(-1)!.replace(/\.py$/, "");
+    out = out.split(stem(installed)).join(stem(real));
+  }
+  for (const [from, to] of extra) out = out.split(from).join(to);
+  return out;
+}
+
+// ---------------------------------------------------------------- canaries
+
+export type CanaryOutcome = "passed" | "failed";
+/** Where a canary lies: beside the official tests, or beside the probes. */
+export type CanaryLocation = "official" | "probe";
+
+export const CANARIES_REAL_DIR = "infradev_canaries";
+
+export interface Canary {
+  /** The installed id (what the ranks report). */
+  installed: string;
+  /** The real id (`infradev_canaries/<location>/test_cN.py::test_pass_M`). */
+  real: string;
+  expected: CanaryOutcome;
+  location: CanaryLocation;
+}
+
+/** A random integer in [lo, hi]. */
+const rnd = (lo: number, hi: number) => randomInt(lo, hi + 1);
+const pick = <T>(xs: readonly T[]): T => xs[randomInt(xs.length)]!;
+/** A float literal with a few decimals, exactly representable enough for allclose. */
+const num = (lo: number, hi: number) => (rnd(lo * 100, hi * 100) / 100).toFixed(2);
+
+/** One canary's body: a computation measured with measure(), asserted against a value known here. */
+function canaryBody(mustPass: boolean): string {
+  const kind = pick(["reduce", "matmul", "cumsum", "norm"] as const);
+  const off = () => (mustPass ? "" : ` + ${num(1, 9)}`);
+  switch (kind) {
+    case "reduce": {
+      const n = rnd(3, 40);
+      const c = num(1, 50);
+      return [
+        `    t = torch.full((${n},), ${c}, dtype=torch.float64, device=_device())`,
+        "    with measure() as m:",
+        "        if _dist():",
+        "            dist.all_reduce(t)",
+        `    assert m.calls["all_reduce"] == (1 if _dist() else 0), dict(m.calls)`,
+        `    expected = torch.full((${n},), ${c} * _world()${off()}, dtype=torch.float64, device=t.device)`,
+        "    torch.testing.assert_close(t, expected)",
+      ].join("\n");
+    }
+    case "matmul": {
+      const r = rnd(2, 9);
+      const k = rnd(2, 9);
+      const s = num(0.5, 4);
+      return [
+        `    a = torch.arange(${r * k}, dtype=torch.float64).reshape(${r}, ${k}) * ${s}`,
+        "    with measure() as m:",
+        "        trace = float((a @ a.T).trace())",
+        `    assert m.wall_time_s >= 0.0`,
+        `    expected = sum((i * ${s}) ** 2 for i in range(${r * k}))${off()}`,
+        "    assert math.isclose(trace, expected, rel_tol=1e-9), (trace, expected)",
+      ].join("\n");
+    }
+    case "cumsum": {
+      const n = rnd(5, 200);
+      return [
+        `    x = torch.arange(1, ${n + 1}, dtype=torch.int64)`,
+        "    with measure() as m:",
+        "        total = int(torch.cumsum(x, 0)[-1])",
+        `    assert sum(m.calls.values()) == 0, dict(m.calls)`,
+        `    assert total == ${(n * (n + 1)) / 2}${mustPass ? "" : ` + ${rnd(1, 9)}`}, total`,
+      ].join("\n");
+    }
+    case "norm": {
+      const n = rnd(2, 30);
+      const c = num(0.5, 9);
+      return [
+        `    v = torch.full((${n},), ${c}, dtype=torch.float64)`,
+        "    with measure() as m:",
+        "        norm = float(torch.linalg.norm(v))",
+        `    assert m.peak_memory_bytes >= 0`,
+        `    expected = math.sqrt(${n}) * ${c}${off()}`,
+        "    assert math.isclose(norm, expected, rel_tol=1e-9), (norm, expected)",
+      ].join("\n");
+    }
+  }
+}
+
+const CANARY_HEAD = `import math
+
+import torch
+import torch.distributed as dist
+
+from infradev_probe import measure
+
+
+def _dist():
+    return dist.is_available() and dist.is_initialized()
+
+
+def _world():
+    return dist.get_world_size() if _dist() else 1
+
+
+def _device():
+    if _dist() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+`;
+
+/**
+ * Fresh canary modules for one location: `files` modules, each with one test that must pass and one
+ * that must fail, in random order, with constants drawn now (their source differs every grade).
+ * Real names say what they expect (`test_pass_N` / `test_fail_N`); the installed names are random.
+ */
+export function canaryModules(files = 2): Record<string, string> {
+  const out: Record<string, string> = {};
+  let n = 0;
+  for (let f = 0; f < files; f++) {
+    const tests = [true, false].sort(() => randomInt(2) - 0.5).map((pass) => {
+      const name = `test_${pass ? "pass" : "fail"}_${n++}`;
+      return `\n\ndef ${name}():\n${canaryBody(pass)}\n`;
+    });
+    out[`test_c${f}.py`] = `${CANARY_HEAD}${tests.join("")}`;
+  }
+  return out;
+}
+
+/** The canaries of an install map (canary files' real names say what they expect). */
+export function canariesOf(map: InstallMap): Canary[] {
+  const out: Canary[] = [];
+  for (const [installed, f] of Object.entries(map.files)) {
+    if (f.suite !== "canary") continue;
+    const location: CanaryLocation = f.real.startsWith(`${CANARIES_REAL_DIR}/probe/`) ? "probe" : "official";
+    for (const [inst, real] of Object.entries(f.names)) {
+      const expected: CanaryOutcome = real.startsWith("test_pass_") ? "passed" : "failed";
+      out.push({ installed: `${installed}::${inst}`, real: `${f.real}::${real}`, expected, location });
+    }
+  }
+  return out.sort((a, b) => a.real.localeCompare(b.real));
+}
+
+// ---------------------------------------------------------------- staging
+
+/** 8 random lowercase letters: the probe folder's name. */
+export function randomFolderName(taken: ReadonlySet<string> = new Set()): string {
+  for (;;) {
+    const name = Array.from({ length: 8 }, () => String.fromCharCode(97 + randomInt(26))).join("");
+    if (!taken.has(name) && !/^test/.test(name)) return name;
+  }
+}
+
+export interface InstallJob {
+  src: string;
+  dest: string;
+  /** Installed repo-relative folder. */
+  rel: string;
+  /** Real repo-relative folder (what ids say). */
+  real: string;
+  suite: InstalledSuite;
+  /** The probes' folder: its helper modules get random names too. */
+  rename_helpers?: boolean;
+}
+
+/**
+ * Runs sandbox/python/infradev_grading.py on the host over trusted files (the task's hidden tests and
+ * probes, base's tests, the grader's canaries). `python`: the task's interpreter; the host's python3
+ * when the task names one that is not on this host (a container-only interpreter).
+ */
+export async function runInstaller(python: string, jobs: InstallJob[]): Promise<InstallMap> {
+  const script = join(pythonHelpersDir(), "infradev_grading.py");
+  const input = JSON.stringify({ jobs });
+  const run = (exe: string) => execa(exe, ["-I", "-S", script], { input, reject: false, stripFinalNewline: false, env: { PATH: process.env.PATH ?? "/usr/bin:/bin" }, extendEnv: false });
+  let r = await run(python);
+  if ((r as { code?: string }).code === "ENOENT" || (r.exitCode === undefined && python !== "python3")) r = await run("python3");
+  if (r.exitCode !== 0) throw new Error(`installing the grading tests failed (${python} infradev_grading.py, exit ${r.exitCode ?? r.signal}): ${String(r.stderr).trim() || r.shortMessage}`);
+  const map = JSON.parse(String(r.stdout)) as InstallMap;
+  return map;
+}
+
+/** sha256 of every file (and link target) under a host folder, keyed by its path relative to it. */
+export function hashTree(root: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  const walk = (rel: string): void => {
+    const abs = rel ? join(root, rel) : root;
+    let names: string[];
+    try {
+      names = readdirSync(abs).sort();
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      const r = rel ? `${rel}/${name}` : name;
+      const st = lstatSync(join(root, r));
+      if (st.isDirectory()) walk(r);
+      else if (st.isSymbolicLink()) out[r] = `link:${readlinkSync(join(root, r))}`;
+      else if (st.isFile()) out[r] = sha256(readFileSync(join(root, r)));
+      else out[r] = `special:${st.mode}`;
+    }
+  };
+  walk("");
+  return out;
+}
+
+/** Evidence lines for staged files whose content changed, vanished or appeared (pure). */
+export function hashEvidence(before: Readonly<Record<string, string>>, after: Readonly<Record<string, string>>, label = (p: string) => p): string[] {
+  const out: string[] = [];
+  for (const [p, h] of Object.entries(before)) {
+    if (!(p in after)) out.push(`staged test file ${label(p)} was removed during the session`);
+    else if (after[p] !== h) out.push(`staged test file ${label(p)} changed during the session (sha256 ${h.slice(0, 12)} → ${after[p]!.slice(0, 12)})`);
+  }
+  for (const p of Object.keys(after)) if (!(p in before)) out.push(`a file appeared among the staged tests during the session: ${label(p)}`);
+  return out;
+}
+
+/** Writes canary modules for both locations under `dir` (`official/`, `probe/`). */
+export function writeCanarySources(dir: string): { official: string; probe: string } {
+  const out = { official: join(dir, "official"), probe: join(dir, "probe") };
+  for (const d of Object.values(out)) {
+    mkdirSync(d, { recursive: true });
+    for (const [name, text] of Object.entries(canaryModules())) writeFileSync(join(d, name), text);
+  }
+  return out;
+}
