@@ -17,7 +17,7 @@
  * and their parents bound from fds opened without following links).
  */
 import { accessSync, closeSync, constants, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, statSync } from "node:fs";
-import { spawnSync } from "node:child_process";
+import { spawnSync, type ChildProcess } from "node:child_process";
 import { tmpdir } from "node:os";
 import { basename, delimiter, join, posix, relative, resolve } from "node:path";
 import { silentLogger, type Logger } from "../lib/logger.js";
@@ -35,6 +35,7 @@ import {
   logFooterLines,
   logHeaderLines,
   runHostProcess,
+  spawnHostChild,
 } from "./exec-common.js";
 import {
   type Bind,
@@ -49,7 +50,7 @@ import {
   realpathOrNull,
 } from "./local-mounts.js";
 import { SANDBOX_LOG_DIR, prepareLogDir, releaseLogDir, type HostLogDir } from "./log-dir.js";
-import { PRE_EXEC_SCRIPT, PidsLimiter, type PidsMechanism } from "./pids-limit.js";
+import { PRE_EXEC_SCRIPT, PidsLimiter, shellQuote, type PidsMechanism } from "./pids-limit.js";
 import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
 import { sandboxHiddenPaths } from "./hidden.js";
 import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
@@ -142,6 +143,12 @@ export interface HiddenPathCheck {
   checked: string[];
 }
 
+/** The next exec's first process, already in its pids cgroup, waiting for its command on stdin. */
+interface Standby {
+  child: ChildProcess;
+  pids: ReturnType<PidsLimiter["prepare"]>;
+}
+
 interface LocalConfig {
   bwrapPath: string;
   hostRepoDir: string;
@@ -209,6 +216,7 @@ export class LocalSandbox implements Sandbox {
   readonly logDir: string;
   private readonly running = new Map<AbortController, Promise<unknown>>();
   private closed = false;
+  private standby: Standby | null = null;
 
   private constructor(private readonly cfg: LocalConfig) {
     this.hostRepoDir = cfg.hostRepoDir;
@@ -329,7 +337,7 @@ export class LocalSandbox implements Sandbox {
    */
   bwrapCommand(argv: string[], opts: { cwd?: string } = {}): string[] {
     const cwd = posix.resolve(LOCAL_WORKSPACE, opts.cwd ?? ".");
-    return [this.cfg.bwrapPath, ...this.bwrapOptions(), "--", ...this.sandboxCommand(argv, cwd)];
+    return [this.cfg.bwrapPath, ...this.bwrapOptions(undefined, this.cfg.env), "--", ...this.sandboxCommand(argv, cwd)];
   }
 
   /**
@@ -337,12 +345,74 @@ export class LocalSandbox implements Sandbox {
    * `parentFds` (exec), the overlays' parent folders are bound from fds the host opened without
    * following any link; without (bwrapCommand), by path.
    */
-  private bwrapOptions(parentFds?: number[]): string[] {
+  private bwrapOptions(parentFds: number[] | undefined, env: Record<string, string>): string[] {
     const masks = maskArgs(this.cfg.hidden, this.cfg.binds).args;
     const parents = this.cfg.overlayParents.flatMap((rel, i) =>
       parentFds ? ["--bind-fd", String(EXTRA_FD_BASE + i), posix.join(LOCAL_WORKSPACE, rel)] : ["--bind", join(this.hostRepoDir, rel), posix.join(LOCAL_WORKSPACE, rel)],
     );
-    return [...this.cfg.staticArgs, ...parents, ...this.cfg.overlayArgs, ...masks, ...this.cfg.finalArgs, "--chdir", "/"];
+    const setenv = Object.entries(env).flatMap(([k, v]) => ["--setenv", k, v]);
+    return [...this.cfg.staticArgs, ...parents, ...this.cfg.overlayArgs, ...masks, ...this.cfg.finalArgs, "--chdir", "/", "--clearenv", ...setenv];
+  }
+
+  /** How the host-side first process of an exec is started (see PRE_EXEC_SCRIPT). */
+  private preExecSpawn(pidsArgs: [string, string], extraFds: number[] = []) {
+    return {
+      // cwd "/" and a bare env: nothing of the server's own (its folder as PWD) reaches bwrap.
+      cwd: "/",
+      env: { PATH: SAFE_PATH },
+      argv: ["/bin/sh", "-c", PRE_EXEC_SCRIPT, "infradev-pre", ...pidsArgs],
+      readyFd: true,
+      argsFdData: Buffer.alloc(0),
+      stdinData: Buffer.alloc(1),
+      extraFds,
+    };
+  }
+
+  /**
+   * Takes the standby: the next exec's first process, started ahead of time so that its move into
+   * a fresh pids cgroup (cgroup v1 waits for an RCU grace period, ~10-20 ms) is not on the exec's
+   * path. Null when there is none alive (the exec then starts its own).
+   */
+  private takeStandby(): Standby | null {
+    const sb = this.standby;
+    this.standby = null;
+    if (!sb) return null;
+    if (sb.child.pid === undefined || sb.child.exitCode !== null || sb.child.signalCode !== null) {
+      void sb.pids.group?.remove();
+      return null;
+    }
+    return sb;
+  }
+
+  /** Starts a standby for the next exec, when the limit is a cgroup (the only case where it saves time). */
+  private refillStandby(): void {
+    if (this.closed || this.standby || !this.cfg.pids.mechanism.startsWith("cgroup") || this.cfg.overlayParents.length) return;
+    let pids: ReturnType<PidsLimiter["prepare"]>;
+    try {
+      pids = this.cfg.pids.prepare();
+    } catch {
+      return; // the next exec will say why
+    }
+    const child = spawnHostChild(this.preExecSpawn(pids.args));
+    child.once("error", () => undefined);
+    this.standby = { child, pids };
+  }
+
+  /** Gives back the standby: its stdin closed unread (it exits 0), its cgroup removed. */
+  private async dropStandby(): Promise<void> {
+    const sb = this.standby;
+    this.standby = null;
+    if (!sb) return;
+    if (sb.child.pid !== undefined && sb.child.exitCode === null && sb.child.signalCode === null) {
+      const exited = new Promise<void>((r) => sb.child.once("exit", () => r()));
+      sb.child.stdin?.end();
+      sb.child.stdio[ARGS_FD]?.destroy();
+      const timer = setTimeout(() => sb.child.kill("SIGKILL"), 2000);
+      await exited;
+      clearTimeout(timer);
+    }
+    for (const s of sb.child.stdio) s?.destroy();
+    await sb.pids.group?.remove();
   }
 
   /**
@@ -408,17 +478,21 @@ export class LocalSandbox implements Sandbox {
     });
     const closer = new AbortController();
     const signal = opts.signal ? AbortSignal.any([opts.signal, closer.signal]) : closer.signal;
-    const pids = this.cfg.pids.prepare();
     const parentFds = this.cfg.overlayParents.length ? this.openOverlayParents() : [];
-    const options = this.bwrapOptions(parentFds);
+    // The environment goes in bwrap's options (--clearenv, --setenv), so a standby started before
+    // this exec's env was known can run it, and nothing of the host process's env reaches inside.
+    const options = this.bwrapOptions(parentFds, { ...this.cfg.env, ...opts.env });
+    // A standby (already in its own pids cgroup) unless the exec needs fds it cannot have.
+    const standby = parentFds.length ? null : this.takeStandby();
+    const pids = standby?.pids ?? this.cfg.pids.prepare();
     const pending = runHostProcess({
-      // sh joins the exec's pids cgroup (or sets RLIMIT_NPROC), then becomes bwrap, which reads its
-      // options from fd 4: its command line (pid 1's inside) is `bwrap --args 4 -- /bin/sh -c <wrapper> <cwd> <argv>`.
-      // cwd "/": the shell would otherwise export the server's own folder as PWD into the sandbox.
-      cwd: "/",
-      argv: ["/bin/sh", "-c", PRE_EXEC_SCRIPT, "infradev-pre", ...pids.args, this.cfg.bwrapPath, "--args", String(ARGS_FD), "--", ...this.sandboxCommand(argv, cwd)],
+      // sh joins the exec's pids cgroup (or sets RLIMIT_NPROC), then becomes the command it reads on
+      // stdin: bwrap, which reads its options from fd 4, so its command line (pid 1's inside) is
+      // `bwrap --args 4 -- /bin/sh -c <wrapper> <cwd> <argv>`: no host path.
+      ...this.preExecSpawn(pids.args, parentFds),
+      child: standby?.child,
+      stdinData: Buffer.from(`${[this.cfg.bwrapPath, "--args", String(ARGS_FD), "--", ...this.sandboxCommand(argv, cwd)].map(shellQuote).join(" ")}\n`),
       argsFdData: Buffer.from(options.map((a) => `${a}\0`).join("")),
-      env: { ...this.cfg.env, ...opts.env },
       capture,
       timeoutSec,
       signal,
@@ -429,6 +503,7 @@ export class LocalSandbox implements Sandbox {
     });
     // The child holds its own copies now.
     for (const fd of parentFds) closeSync(fd);
+    this.refillStandby();
     this.running.set(closer, pending);
     const outcome = await pending.finally(() => this.running.delete(closer));
 
@@ -511,7 +586,7 @@ export class LocalSandbox implements Sandbox {
     if (this.closed) return;
     this.closed = true;
     for (const closer of this.running.keys()) closer.abort();
-    await Promise.allSettled(this.running.values());
+    await Promise.allSettled([...this.running.values(), this.dropStandby()]);
     if (this.cfg.sessionTmp) rmSync(this.cfg.sessionTmp, { recursive: true, force: true });
     releaseLogDir(this.cfg.logDir);
     await this.cfg.pids.close();

@@ -125,6 +125,20 @@ describe("local sandbox: no host layout in argv or environment (item 6)", () => 
   });
 });
 
+describe("local sandbox: the command reaches bwrap intact", () => {
+  it("passes argv and env verbatim (quotes, newlines, $(...), backslashes), through a standby or not", async () => {
+    const args = ["a b", "it's", "$(touch /workspace/injected)", "`id`", "line1\nline2", "back\\slash", "", "-n", "'", "\"q\""];
+    for (let i = 0; i < 3; i++) {
+      const r = await sb.exec(["python3", "-c", "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ['WEIRD']]))", ...args], {
+        env: { WEIRD: "x'y\n$(id) \\ z" },
+      });
+      expect(r.exitCode, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout)).toEqual([args, "x'y\n$(id) \\ z"]);
+    }
+    expect(existsSync(join(workspace, "injected"))).toBe(false);
+  });
+});
+
 describe("local sandbox: process limit (item 7)", () => {
   it("reports how the limit is enforced", () => {
     const lim = sb.processLimit;
