@@ -461,6 +461,10 @@ export class LocalSandbox implements Sandbox {
     if (this.closed) throw new Error("local sandbox: exec after close()");
     if (argv.length === 0 || argv[0] === "") throw new Error("local sandbox: exec needs a non-empty argv");
     if (argv.some((a) => a.includes("\0"))) throw new Error("local sandbox: an argv element contains a NUL byte");
+    for (const [k, v] of Object.entries(opts.env ?? {})) {
+      if (k === "" || k.includes("=") || k.includes("\0") || v.includes("\0")) throw new Error(`local sandbox: env ${JSON.stringify(k)}: a name must be non-empty without "=" or NUL, a value without NUL`);
+    }
+    if (opts.cwd?.includes("\0")) throw new Error("local sandbox: cwd contains a NUL byte");
     const cwd = posix.resolve(LOCAL_WORKSPACE, opts.cwd ?? ".");
     return this.run(argv, cwd, opts, true);
   }
