@@ -9,14 +9,14 @@
  * (`--args 4`), so neither its own command line nor pid 1's inside names a host path, and the
  * environment is built from scratch (PATH, LANG, HOME, TMPDIR, INFRADEV_SANDBOX and the caller's).
  * /proc/self/mountinfo, though, lists each bind's source path relative to its filesystem (the
- * workspace's runs/<run-id>/workspace, the package's sandbox/python, the logs folder, the session
- * temp), and bwrap cannot hide that: a bind mount's root is what the kernel reports. Knowing those
+ * workspace's runs/<run-id>/workspace, the logs folder, the session temp; the python helpers are a
+ * private copy, so the package's root is not among them), and bwrap cannot hide that: a bind mount's root is what the kernel reports. Knowing those
  * paths gives nothing: none of them is reachable from inside (not mounted, or masked), the run id
  * and the session temp carry random parts, and the host never follows a path the sandbox controls
  * (logs outside the workspace, created O_EXCL|O_NOFOLLOW; overlay mount points checked with lstat
  * and their parents bound from fds opened without following links).
  */
-import { accessSync, closeSync, constants, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, statSync } from "node:fs";
+import { accessSync, chmodSync, closeSync, constants, cpSync, lstatSync, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, statSync } from "node:fs";
 import { spawnSync, type ChildProcess } from "node:child_process";
 import { tmpdir } from "node:os";
 import { basename, delimiter, join, posix, relative, resolve } from "node:path";
@@ -42,6 +42,7 @@ import {
   type ReadOnlyMount,
   type ReadOnlyOverlay,
   checkOverlayRel,
+  hiddenForbidding,
   maskArgs,
   nestedOverlay,
   nvidiaDevices,
@@ -162,6 +163,8 @@ interface LocalConfig {
   logDir: HostLogDir;
   logHeadBytes?: number;
   logTailBytes?: number;
+  /** A private copy of the package's sandbox/python (so no mount names the package), removed by close(). */
+  helpersCopy: string;
   overlays: ReadOnlyOverlay[];
   /** `--ro-bind <host> /workspace/<rel>` for each overlay. */
   overlayArgs: string[];
@@ -173,6 +176,23 @@ interface LocalConfig {
   defaultTimeoutSec: number;
   killGraceMs: number;
   logger: Logger;
+}
+
+/**
+ * Copies the package's python helpers (a few small files) into a fresh private folder with a random
+ * name, bound read-only at /opt/infradev/python: the sandbox's mountinfo then shows that folder, not
+ * the package's root. Timestamps are kept so the compiled bytecode stays valid.
+ */
+function privateHelpersCopy(src: string): string {
+  const dir = mkdtempSync(join(tmpdir(), "infradev-helpers-"));
+  try {
+    chmodSync(dir, 0o755);
+    cpSync(src, dir, { recursive: true, preserveTimestamps: true, filter: (p) => !lstatSync(p).isSymbolicLink() });
+    return realpathSync(dir);
+  } catch (e) {
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
 }
 
 /** Finds bwrap, or throws SandboxUnavailableError saying how to install it. */
@@ -263,12 +283,17 @@ export class LocalSandbox implements Sandbox {
     const sessionTmp = (opts.tmp ?? "session") === "session" ? mkdtempSync(join(tmpdir(), "infradev-local-")) : null;
     if (sessionTmp) mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
     let mounts: { args: string[]; binds: Bind[]; overlayArgs: string[] };
+    let helpersCopy: string | null = null;
     try {
       // The overlays' mount points, made by the host one checked component at a time.
       for (const o of overlays) mkdirInside(repo, o.rel);
+      const helpers = realpathSync(pythonHelpersDir());
+      const inHidden = hiddenForbidding(hidden, helpers, repo);
+      if (inHidden) throw new Error(`the python helpers ${helpers} lie inside hidden path ${inHidden}`);
+      helpersCopy = privateHelpersCopy(helpers);
       mounts = planLocalMounts({
         workspace: repo,
-        helpers: realpathSync(pythonHelpersDir()),
+        helpers: helpersCopy,
         readOnlyMounts: opts.readOnlyMounts ?? [],
         hidden,
         devices,
@@ -278,6 +303,7 @@ export class LocalSandbox implements Sandbox {
       });
     } catch (e) {
       if (sessionTmp) rmSync(sessionTmp, { recursive: true, force: true });
+      if (helpersCopy) rmSync(helpersCopy, { recursive: true, force: true });
       releaseLogDir(logDir);
       await pids.close();
       throw new Error(`local sandbox: ${(e as Error).message}`);
@@ -297,6 +323,7 @@ export class LocalSandbox implements Sandbox {
       logDir,
       logHeadBytes: opts.logHeadBytes,
       logTailBytes: opts.logTailBytes,
+      helpersCopy: helpersCopy!,
       overlays,
       overlayArgs: mounts.overlayArgs,
       overlayParents: overlayParents(overlays),
@@ -592,6 +619,7 @@ export class LocalSandbox implements Sandbox {
     for (const closer of this.running.keys()) closer.abort();
     await Promise.allSettled([...this.running.values(), this.dropStandby()]);
     if (this.cfg.sessionTmp) rmSync(this.cfg.sessionTmp, { recursive: true, force: true });
+    rmSync(this.cfg.helpersCopy, { recursive: true, force: true });
     releaseLogDir(this.cfg.logDir);
     await this.cfg.pids.close();
   }
