@@ -16,9 +16,8 @@
  * (logs outside the workspace, created O_EXCL|O_NOFOLLOW; overlay mount points checked with lstat
  * and their parents bound from fds opened without following links).
  */
-import { accessSync, chmodSync, closeSync, constants, cpSync, lstatSync, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, statSync } from "node:fs";
+import { accessSync, closeSync, constants, cpSync, lstatSync, mkdirSync, openSync, realpathSync, rmSync, statSync } from "node:fs";
 import { spawnSync, type ChildProcess } from "node:child_process";
-import { tmpdir } from "node:os";
 import { basename, delimiter, join, posix, relative, resolve } from "node:path";
 import { silentLogger, type Logger } from "../lib/logger.js";
 import { PathOutsideRootError, isPathInside, resolveInside } from "../lib/path-validation.js";
@@ -50,7 +49,7 @@ import {
   planLocalMounts,
   realpathOrNull,
 } from "./local-mounts.js";
-import { SANDBOX_LOG_DIR, prepareLogDir, releaseLogDir, type HostLogDir } from "./log-dir.js";
+import { SANDBOX_LOG_DIR, prepareLogDir, privateTempDir, releaseLogDir, type HostLogDir } from "./log-dir.js";
 import { PRE_EXEC_SCRIPT, PidsLimiter, shellQuote, type PidsMechanism } from "./pids-limit.js";
 import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
 import { sandboxHiddenPaths } from "./hidden.js";
@@ -184,11 +183,10 @@ interface LocalConfig {
  * the package's root. Timestamps are kept so the compiled bytecode stays valid.
  */
 function privateHelpersCopy(src: string): string {
-  const dir = mkdtempSync(join(tmpdir(), "infradev-helpers-"));
+  const dir = privateTempDir("infradev-helpers-");
   try {
-    chmodSync(dir, 0o755);
     cpSync(src, dir, { recursive: true, preserveTimestamps: true, filter: (p) => !lstatSync(p).isSymbolicLink() });
-    return realpathSync(dir);
+    return dir;
   } catch (e) {
     rmSync(dir, { recursive: true, force: true });
     throw e;
@@ -280,7 +278,7 @@ export class LocalSandbox implements Sandbox {
       throw e;
     }
     if (pids.warning) logger.warn({ mechanism: pids.mechanism, limit: pids.limit }, pids.warning);
-    const sessionTmp = (opts.tmp ?? "session") === "session" ? mkdtempSync(join(tmpdir(), "infradev-local-")) : null;
+    const sessionTmp = (opts.tmp ?? "session") === "session" ? privateTempDir("infradev-local-", 0o700) : null;
     if (sessionTmp) mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
     let mounts: { args: string[]; binds: Bind[]; overlayArgs: string[] };
     let helpersCopy: string | null = null;

@@ -128,7 +128,7 @@ describe("local sandbox: no host layout in argv or environment (item 6)", () => 
     const r = await sb.exec(["cat", "/proc/self/mountinfo"]);
     expect(r.stdout).not.toContain(packageRoot());
     const helpers = r.stdout.split("\n").find((l) => l.split(" ")[4] === "/opt/infradev/python")!;
-    expect(helpers.split(" ")[3]).toMatch(/\/infradev-helpers-[A-Za-z0-9]{6}$/);
+    expect(helpers.split(" ")[3]).toMatch(/\/infradev-helpers-\d+-[A-Za-z0-9]{6}$/);
     const same = await sb.exec(["sh", "-c", "ls /opt/infradev/python | sort"]);
     const mine = readdirSync(join(packageRoot(), "sandbox", "python")).filter((n) => !n.startsWith(".")).sort();
     expect(same.stdout.trim().split("\n")).toEqual(mine);

@@ -84,8 +84,10 @@ describe("none sandbox", () => {
       const strict = new NoneSandbox({ hostRepoDir: workspace, inheritEnv: false });
       const r = await strict.exec(["bash", "-c", 'echo "${INFRADEV_NONE_TEST:-unset}"']);
       expect(r.stdout).toBe("unset\n");
+      await strict.close();
       const loose = new NoneSandbox({ hostRepoDir: workspace });
       expect((await loose.exec(["bash", "-c", 'echo "$INFRADEV_NONE_TEST"'])).stdout).toBe("leaky\n");
+      await loose.close();
     } finally {
       delete process.env.INFRADEV_NONE_TEST;
     }
