@@ -532,9 +532,10 @@ export class LocalSandbox implements Sandbox {
     });
     // The child holds its own copies now.
     for (const fd of parentFds) closeSync(fd);
-    this.refillStandby();
     this.running.set(closer, pending);
     const outcome = await pending.finally(() => this.running.delete(closer));
+    // The next exec's standby, started once this result is on its way (a spawn blocks the event loop for a moment).
+    if (!this.standby) setTimeout(() => this.refillStandby(), 0);
 
     let harnessError: string | undefined;
     if (outcome.spawnError) harnessError = `cannot start bwrap (${this.cfg.bwrapPath}): ${outcome.spawnError.message}`;

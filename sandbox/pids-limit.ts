@@ -252,7 +252,8 @@ export class PidsLimiter {
       procsFile: join(dir, "cgroup.procs"),
       limitHit: () => maxEvents(events) > 0,
       remove: () => {
-        const p = rmdirRetry(dir, 5000);
+        // Off the exec's path: removing a cgroup can take a few ms (it is empty; nothing waits for it but close()).
+        const p = new Promise((r) => setTimeout(r, 0)).then(() => rmdirRetry(dir, 5000));
         this.removing.add(p);
         void p.finally(() => this.removing.delete(p));
         return p.then(() => undefined);
