@@ -3,7 +3,7 @@
  * backends that run a host process (local = bwrap, none) — spawning it in its own process group,
  * capturing its output, and killing its whole tree on the deadline.
  */
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
 import { killTree, sendSignal } from "./process-tree.js";
 import type { CapturedOutput, OutputCapture } from "./output-capture.js";
@@ -102,6 +102,27 @@ export interface HostProcessSpec {
   argsFdData?: Buffer;
   /** Open fds of this process handed to the child at fd 5, 6, ... (bwrap's --bind-fd). The caller closes them. */
   extraFds?: number[];
+  /** Written to the child's stdin, which is then closed (without it, stdin is /dev/null). */
+  stdinData?: Buffer;
+  /**
+   * A child already started by spawnHostChild (with the same layout: stdin, readyFd, argsFdData;
+   * no extraFds) and still alive: it is run instead of spawning one. argv, cwd and env are unused.
+   */
+  child?: ChildProcess;
+}
+
+/** Starts the process runHostProcess would start for `spec` (own process group, the fd layout), without running it. */
+export function spawnHostChild(spec: Pick<HostProcessSpec, "argv" | "cwd" | "env" | "readyFd" | "argsFdData" | "extraFds" | "stdinData">): ChildProcess {
+  const stdio: Array<"ignore" | "pipe" | number> = [spec.stdinData ? "pipe" : "ignore", "pipe", "pipe"];
+  const extra = spec.extraFds ?? [];
+  if (spec.readyFd || spec.argsFdData || extra.length) stdio.push(spec.readyFd ? "pipe" : "ignore");
+  if (spec.argsFdData || extra.length) stdio.push(spec.argsFdData ? "pipe" : "ignore");
+  stdio.push(...extra);
+  const [cmd, ...args] = spec.argv as [string, ...string[]];
+  const child = spawn(cmd, args, { cwd: spec.cwd, env: spec.env, detached: true, stdio });
+  // A pipe error must not crash the server; the exit status still tells what happened.
+  for (const s of child.stdio) s?.on("error", () => undefined);
+  return child;
 }
 
 /** The fd number the first of extraFds arrives on. */
@@ -136,13 +157,7 @@ export function runHostProcess(spec: HostProcessSpec): Promise<HostProcessOutcom
   }
   return new Promise((resolve) => {
     let ready = !spec.readyFd;
-    const stdio: Array<"ignore" | "pipe" | number> = ["ignore", "pipe", "pipe"];
-    const extra = spec.extraFds ?? [];
-    if (spec.readyFd || spec.argsFdData || extra.length) stdio.push(spec.readyFd ? "pipe" : "ignore");
-    if (spec.argsFdData || extra.length) stdio.push(spec.argsFdData ? "pipe" : "ignore");
-    stdio.push(...extra);
-    const [cmd, ...args] = spec.argv as [string, ...string[]];
-    const child = spawn(cmd, args, { cwd: spec.cwd, env: spec.env, detached: true, stdio });
+    const child = spec.child ?? spawnHostChild(spec);
 
     let settled = false;
     let killing: Promise<number[]> | undefined;
@@ -158,12 +173,11 @@ export function runHostProcess(spec: HostProcessSpec): Promise<HostProcessOutcom
       },
     });
 
-    // A pipe error must not crash the server; the exit status still tells what happened.
-    for (const s of child.stdio) s?.on("error", () => undefined);
     child.stdout!.on("data", (c: Buffer) => spec.capture.write("stdout", c));
     child.stderr!.on("data", (c: Buffer) => spec.capture.write("stderr", c));
     if (spec.readyFd) (child.stdio[3] as Readable).on("data", () => (ready = true));
     if (spec.argsFdData && child.pid !== undefined) (child.stdio[ARGS_FD] as Writable).end(spec.argsFdData);
+    if (spec.stdinData && child.pid !== undefined) child.stdin!.end(spec.stdinData);
 
     const finish = async (exitCode: number | null, signal: string | null, spawnError?: NodeJS.ErrnoException): Promise<void> => {
       if (settled) return;

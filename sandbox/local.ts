@@ -9,16 +9,15 @@
  * (`--args 4`), so neither its own command line nor pid 1's inside names a host path, and the
  * environment is built from scratch (PATH, LANG, HOME, TMPDIR, INFRADEV_SANDBOX and the caller's).
  * /proc/self/mountinfo, though, lists each bind's source path relative to its filesystem (the
- * workspace's runs/<run-id>/workspace, the package's sandbox/python, the logs folder, the session
- * temp), and bwrap cannot hide that: a bind mount's root is what the kernel reports. Knowing those
+ * workspace's runs/<run-id>/workspace, the logs folder, the session temp; the python helpers are a
+ * private copy, so the package's root is not among them), and bwrap cannot hide that: a bind mount's root is what the kernel reports. Knowing those
  * paths gives nothing: none of them is reachable from inside (not mounted, or masked), the run id
  * and the session temp carry random parts, and the host never follows a path the sandbox controls
  * (logs outside the workspace, created O_EXCL|O_NOFOLLOW; overlay mount points checked with lstat
  * and their parents bound from fds opened without following links).
  */
-import { accessSync, closeSync, constants, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, statSync } from "node:fs";
-import { spawnSync } from "node:child_process";
-import { tmpdir } from "node:os";
+import { accessSync, closeSync, constants, cpSync, lstatSync, mkdirSync, openSync, realpathSync, rmSync, statSync } from "node:fs";
+import { spawnSync, type ChildProcess } from "node:child_process";
 import { basename, delimiter, join, posix, relative, resolve } from "node:path";
 import { silentLogger, type Logger } from "../lib/logger.js";
 import { PathOutsideRootError, isPathInside, resolveInside } from "../lib/path-validation.js";
@@ -35,12 +34,14 @@ import {
   logFooterLines,
   logHeaderLines,
   runHostProcess,
+  spawnHostChild,
 } from "./exec-common.js";
 import {
   type Bind,
   type ReadOnlyMount,
   type ReadOnlyOverlay,
   checkOverlayRel,
+  hiddenForbidding,
   maskArgs,
   nestedOverlay,
   nvidiaDevices,
@@ -48,8 +49,8 @@ import {
   planLocalMounts,
   realpathOrNull,
 } from "./local-mounts.js";
-import { SANDBOX_LOG_DIR, prepareLogDir, releaseLogDir, type HostLogDir } from "./log-dir.js";
-import { PRE_EXEC_SCRIPT, PidsLimiter, type PidsMechanism } from "./pids-limit.js";
+import { SANDBOX_LOG_DIR, prepareLogDir, privateTempDir, releaseLogDir, type HostLogDir } from "./log-dir.js";
+import { PRE_EXEC_SCRIPT, PidsLimiter, shellQuote, type PidsMechanism } from "./pids-limit.js";
 import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";
 import { sandboxHiddenPaths } from "./hidden.js";
 import type { ExecOptions, ExecResult, Sandbox } from "./types.js";
@@ -142,6 +143,12 @@ export interface HiddenPathCheck {
   checked: string[];
 }
 
+/** The next exec's first process, already in its pids cgroup, waiting for its command on stdin. */
+interface Standby {
+  child: ChildProcess;
+  pids: ReturnType<PidsLimiter["prepare"]>;
+}
+
 interface LocalConfig {
   bwrapPath: string;
   hostRepoDir: string;
@@ -155,6 +162,8 @@ interface LocalConfig {
   logDir: HostLogDir;
   logHeadBytes?: number;
   logTailBytes?: number;
+  /** A private copy of the package's sandbox/python (so no mount names the package), removed by close(). */
+  helpersCopy: string;
   overlays: ReadOnlyOverlay[];
   /** `--ro-bind <host> /workspace/<rel>` for each overlay. */
   overlayArgs: string[];
@@ -166,6 +175,22 @@ interface LocalConfig {
   defaultTimeoutSec: number;
   killGraceMs: number;
   logger: Logger;
+}
+
+/**
+ * Copies the package's python helpers (a few small files) into a fresh private folder with a random
+ * name, bound read-only at /opt/infradev/python: the sandbox's mountinfo then shows that folder, not
+ * the package's root. Timestamps are kept so the compiled bytecode stays valid.
+ */
+function privateHelpersCopy(src: string): string {
+  const dir = privateTempDir("infradev-helpers-");
+  try {
+    cpSync(src, dir, { recursive: true, preserveTimestamps: true, filter: (p) => !lstatSync(p).isSymbolicLink() });
+    return dir;
+  } catch (e) {
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
 }
 
 /** Finds bwrap, or throws SandboxUnavailableError saying how to install it. */
@@ -209,6 +234,7 @@ export class LocalSandbox implements Sandbox {
   readonly logDir: string;
   private readonly running = new Map<AbortController, Promise<unknown>>();
   private closed = false;
+  private standby: Standby | null = null;
 
   private constructor(private readonly cfg: LocalConfig) {
     this.hostRepoDir = cfg.hostRepoDir;
@@ -252,15 +278,20 @@ export class LocalSandbox implements Sandbox {
       throw e;
     }
     if (pids.warning) logger.warn({ mechanism: pids.mechanism, limit: pids.limit }, pids.warning);
-    const sessionTmp = (opts.tmp ?? "session") === "session" ? mkdtempSync(join(tmpdir(), "infradev-local-")) : null;
+    const sessionTmp = (opts.tmp ?? "session") === "session" ? privateTempDir("infradev-local-", 0o700) : null;
     if (sessionTmp) mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
     let mounts: { args: string[]; binds: Bind[]; overlayArgs: string[] };
+    let helpersCopy: string | null = null;
     try {
       // The overlays' mount points, made by the host one checked component at a time.
       for (const o of overlays) mkdirInside(repo, o.rel);
+      const helpers = realpathSync(pythonHelpersDir());
+      const inHidden = hiddenForbidding(hidden, helpers, repo);
+      if (inHidden) throw new Error(`the python helpers ${helpers} lie inside hidden path ${inHidden}`);
+      helpersCopy = privateHelpersCopy(helpers);
       mounts = planLocalMounts({
         workspace: repo,
-        helpers: realpathSync(pythonHelpersDir()),
+        helpers: helpersCopy,
         readOnlyMounts: opts.readOnlyMounts ?? [],
         hidden,
         devices,
@@ -270,6 +301,7 @@ export class LocalSandbox implements Sandbox {
       });
     } catch (e) {
       if (sessionTmp) rmSync(sessionTmp, { recursive: true, force: true });
+      if (helpersCopy) rmSync(helpersCopy, { recursive: true, force: true });
       releaseLogDir(logDir);
       await pids.close();
       throw new Error(`local sandbox: ${(e as Error).message}`);
@@ -289,6 +321,7 @@ export class LocalSandbox implements Sandbox {
       logDir,
       logHeadBytes: opts.logHeadBytes,
       logTailBytes: opts.logTailBytes,
+      helpersCopy: helpersCopy!,
       overlays,
       overlayArgs: mounts.overlayArgs,
       overlayParents: overlayParents(overlays),
@@ -329,7 +362,7 @@ export class LocalSandbox implements Sandbox {
    */
   bwrapCommand(argv: string[], opts: { cwd?: string } = {}): string[] {
     const cwd = posix.resolve(LOCAL_WORKSPACE, opts.cwd ?? ".");
-    return [this.cfg.bwrapPath, ...this.bwrapOptions(), "--", ...this.sandboxCommand(argv, cwd)];
+    return [this.cfg.bwrapPath, ...this.bwrapOptions(undefined, this.cfg.env), "--", ...this.sandboxCommand(argv, cwd)];
   }
 
   /**
@@ -337,12 +370,74 @@ export class LocalSandbox implements Sandbox {
    * `parentFds` (exec), the overlays' parent folders are bound from fds the host opened without
    * following any link; without (bwrapCommand), by path.
    */
-  private bwrapOptions(parentFds?: number[]): string[] {
+  private bwrapOptions(parentFds: number[] | undefined, env: Record<string, string>): string[] {
     const masks = maskArgs(this.cfg.hidden, this.cfg.binds).args;
     const parents = this.cfg.overlayParents.flatMap((rel, i) =>
       parentFds ? ["--bind-fd", String(EXTRA_FD_BASE + i), posix.join(LOCAL_WORKSPACE, rel)] : ["--bind", join(this.hostRepoDir, rel), posix.join(LOCAL_WORKSPACE, rel)],
     );
-    return [...this.cfg.staticArgs, ...parents, ...this.cfg.overlayArgs, ...masks, ...this.cfg.finalArgs, "--chdir", "/"];
+    const setenv = Object.entries(env).flatMap(([k, v]) => ["--setenv", k, v]);
+    return [...this.cfg.staticArgs, ...parents, ...this.cfg.overlayArgs, ...masks, ...this.cfg.finalArgs, "--chdir", "/", "--clearenv", ...setenv];
+  }
+
+  /** How the host-side first process of an exec is started (see PRE_EXEC_SCRIPT). */
+  private preExecSpawn(pidsArgs: [string, string], extraFds: number[] = []) {
+    return {
+      // cwd "/" and a bare env: nothing of the server's own (its folder as PWD) reaches bwrap.
+      cwd: "/",
+      env: { PATH: SAFE_PATH },
+      argv: ["/bin/sh", "-c", PRE_EXEC_SCRIPT, "infradev-pre", ...pidsArgs],
+      readyFd: true,
+      argsFdData: Buffer.alloc(0),
+      stdinData: Buffer.alloc(1),
+      extraFds,
+    };
+  }
+
+  /**
+   * Takes the standby: the next exec's first process, started ahead of time so that its move into
+   * a fresh pids cgroup (cgroup v1 waits for an RCU grace period, ~10-20 ms) is not on the exec's
+   * path. Null when there is none alive (the exec then starts its own).
+   */
+  private takeStandby(): Standby | null {
+    const sb = this.standby;
+    this.standby = null;
+    if (!sb) return null;
+    if (sb.child.pid === undefined || sb.child.exitCode !== null || sb.child.signalCode !== null) {
+      void sb.pids.group?.remove();
+      return null;
+    }
+    return sb;
+  }
+
+  /** Starts a standby for the next exec, when the limit is a cgroup (the only case where it saves time). */
+  private refillStandby(): void {
+    if (this.closed || this.standby || !this.cfg.pids.mechanism.startsWith("cgroup") || this.cfg.overlayParents.length) return;
+    let pids: ReturnType<PidsLimiter["prepare"]>;
+    try {
+      pids = this.cfg.pids.prepare();
+    } catch {
+      return; // the next exec will say why
+    }
+    const child = spawnHostChild(this.preExecSpawn(pids.args));
+    child.once("error", () => undefined);
+    this.standby = { child, pids };
+  }
+
+  /** Gives back the standby: its stdin closed unread (it exits 0), its cgroup removed. */
+  private async dropStandby(): Promise<void> {
+    const sb = this.standby;
+    this.standby = null;
+    if (!sb) return;
+    if (sb.child.pid !== undefined && sb.child.exitCode === null && sb.child.signalCode === null) {
+      const exited = new Promise<void>((r) => sb.child.once("exit", () => r()));
+      sb.child.stdin?.end();
+      sb.child.stdio[ARGS_FD]?.destroy();
+      const timer = setTimeout(() => sb.child.kill("SIGKILL"), 2000);
+      await exited;
+      clearTimeout(timer);
+    }
+    for (const s of sb.child.stdio) s?.destroy();
+    await sb.pids.group?.remove();
   }
 
   /**
@@ -391,6 +486,10 @@ export class LocalSandbox implements Sandbox {
     if (this.closed) throw new Error("local sandbox: exec after close()");
     if (argv.length === 0 || argv[0] === "") throw new Error("local sandbox: exec needs a non-empty argv");
     if (argv.some((a) => a.includes("\0"))) throw new Error("local sandbox: an argv element contains a NUL byte");
+    for (const [k, v] of Object.entries(opts.env ?? {})) {
+      if (k === "" || k.includes("=") || k.includes("\0") || v.includes("\0")) throw new Error(`local sandbox: env ${JSON.stringify(k)}: a name must be non-empty without "=" or NUL, a value without NUL`);
+    }
+    if (opts.cwd?.includes("\0")) throw new Error("local sandbox: cwd contains a NUL byte");
     const cwd = posix.resolve(LOCAL_WORKSPACE, opts.cwd ?? ".");
     return this.run(argv, cwd, opts, true);
   }
@@ -408,17 +507,21 @@ export class LocalSandbox implements Sandbox {
     });
     const closer = new AbortController();
     const signal = opts.signal ? AbortSignal.any([opts.signal, closer.signal]) : closer.signal;
-    const pids = this.cfg.pids.prepare();
     const parentFds = this.cfg.overlayParents.length ? this.openOverlayParents() : [];
-    const options = this.bwrapOptions(parentFds);
+    // The environment goes in bwrap's options (--clearenv, --setenv), so a standby started before
+    // this exec's env was known can run it, and nothing of the host process's env reaches inside.
+    const options = this.bwrapOptions(parentFds, { ...this.cfg.env, ...opts.env });
+    // A standby (already in its own pids cgroup) unless the exec needs fds it cannot have.
+    const standby = parentFds.length ? null : this.takeStandby();
+    const pids = standby?.pids ?? this.cfg.pids.prepare();
     const pending = runHostProcess({
-      // sh joins the exec's pids cgroup (or sets RLIMIT_NPROC), then becomes bwrap, which reads its
-      // options from fd 4: its command line (pid 1's inside) is `bwrap --args 4 -- /bin/sh -c <wrapper> <cwd> <argv>`.
-      // cwd "/": the shell would otherwise export the server's own folder as PWD into the sandbox.
-      cwd: "/",
-      argv: ["/bin/sh", "-c", PRE_EXEC_SCRIPT, "infradev-pre", ...pids.args, this.cfg.bwrapPath, "--args", String(ARGS_FD), "--", ...this.sandboxCommand(argv, cwd)],
+      // sh joins the exec's pids cgroup (or sets RLIMIT_NPROC), then becomes the command it reads on
+      // stdin: bwrap, which reads its options from fd 4, so its command line (pid 1's inside) is
+      // `bwrap --args 4 -- /bin/sh -c <wrapper> <cwd> <argv>`: no host path.
+      ...this.preExecSpawn(pids.args, parentFds),
+      child: standby?.child,
+      stdinData: Buffer.from(`${[this.cfg.bwrapPath, "--args", String(ARGS_FD), "--", ...this.sandboxCommand(argv, cwd)].map(shellQuote).join(" ")}\n`),
       argsFdData: Buffer.from(options.map((a) => `${a}\0`).join("")),
-      env: { ...this.cfg.env, ...opts.env },
       capture,
       timeoutSec,
       signal,
@@ -431,6 +534,8 @@ export class LocalSandbox implements Sandbox {
     for (const fd of parentFds) closeSync(fd);
     this.running.set(closer, pending);
     const outcome = await pending.finally(() => this.running.delete(closer));
+    // The next exec's standby, started once this result is on its way (a spawn blocks the event loop for a moment).
+    if (!this.standby) setTimeout(() => this.refillStandby(), 0);
 
     let harnessError: string | undefined;
     if (outcome.spawnError) harnessError = `cannot start bwrap (${this.cfg.bwrapPath}): ${outcome.spawnError.message}`;
@@ -511,8 +616,9 @@ export class LocalSandbox implements Sandbox {
     if (this.closed) return;
     this.closed = true;
     for (const closer of this.running.keys()) closer.abort();
-    await Promise.allSettled(this.running.values());
+    await Promise.allSettled([...this.running.values(), this.dropStandby()]);
     if (this.cfg.sessionTmp) rmSync(this.cfg.sessionTmp, { recursive: true, force: true });
+    rmSync(this.cfg.helpersCopy, { recursive: true, force: true });
     releaseLogDir(this.cfg.logDir);
     await this.cfg.pids.close();
   }

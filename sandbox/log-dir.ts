@@ -20,16 +20,24 @@ export interface HostLogDir {
 }
 
 /**
+ * A private temp folder `<tmp>/<prefix><pid>-XXXXXX` (random name, `mode`); the pid tells an
+ * operator whose it is when a killed process could not remove it.
+ */
+export function privateTempDir(prefix: string, mode = 0o755): string {
+  const dir = mkdtempSync(join(tmpdir(), `${prefix}${process.pid}-`));
+  chmodSync(dir, mode);
+  return realpathSync(dir);
+}
+
+/**
  * Makes (or checks) the logs folder: a given one must not lie inside the workspace nor hold it, and
  * must be a real folder (not a link); without one, a fresh private temp folder.
  */
 export function prepareLogDir(logDir: string | undefined, workspace: string, backend: string): HostLogDir {
   const realWorkspace = realpathSync(workspace);
   if (logDir === undefined) {
-    const dir = mkdtempSync(join(tmpdir(), "infradev-logs-"));
     // Readable by the sandbox's user whatever it is (docker --user); the name is random.
-    chmodSync(dir, 0o755);
-    return { hostDir: realpathSync(dir), owned: true };
+    return { hostDir: privateTempDir("infradev-logs-"), owned: true };
   }
   const abs = resolve(logDir);
   mkdirSync(abs, { recursive: true, mode: 0o755 });

@@ -17,10 +17,23 @@ export const DEFAULT_PIDS_LIMIT = 4096;
 
 export type PidsMechanism = "cgroup-v1" | "cgroup-v2" | "rlimit" | "off";
 
-/** The pre-exec step: joins the cgroup named by $1 (if any), sets RLIMIT_NPROC to $2 (if any), then execs the rest. */
+/**
+ * The host-side first process of an exec (`sh -c PRE_EXEC_SCRIPT infradev-pre <cgroup.procs|""> <nproc|"">`):
+ * joins the cgroup named by $1 (if any), sets RLIMIT_NPROC to $2 (if any), then reads the command to
+ * become from stdin — single-quoted words, as shellQuote writes them — and execs it with stdin
+ * /dev/null. Reading the command last lets a process join its cgroup ahead of time (a standby, see
+ * LocalSandbox): on cgroup v1 the move waits for an RCU grace period, ~10-20 ms after an idle spell.
+ * An empty stdin (a standby given back) exits 0 without running anything.
+ */
 export const PRE_EXEC_SCRIPT =
   'if [ -n "$1" ]; then echo $$ > "$1" || { echo "infradev: cannot join the process-limit cgroup $1" >&2; exit 125; }; fi; ' +
-  'if [ -n "$2" ]; then ulimit -u "$2" || { echo "infradev: cannot set RLIMIT_NPROC" >&2; exit 125; }; fi; shift 2; exec "$@"';
+  'if [ -n "$2" ]; then ulimit -u "$2" || { echo "infradev: cannot set RLIMIT_NPROC" >&2; exit 125; }; fi; ' +
+  'go=; while IFS= read -r l; do go="$go$l\n"; done; [ -n "$go" ] || exit 0; exec </dev/null; eval "exec $go"';
+
+/** One word for PRE_EXEC_SCRIPT's stdin: single-quoted, a `'` as `'\''` (sound for any text without NUL). */
+export function shellQuote(word: string): string {
+  return `'${word.replaceAll("'", "'\\''")}'`;
+}
 
 export interface ExecPidsGroup {
   /** The cgroup's `cgroup.procs` (what the pre-exec step writes its pid to). */
@@ -239,7 +252,8 @@ export class PidsLimiter {
       procsFile: join(dir, "cgroup.procs"),
       limitHit: () => maxEvents(events) > 0,
       remove: () => {
-        const p = rmdirRetry(dir, 5000);
+        // Off the exec's path: removing a cgroup can take a few ms (it is empty; nothing waits for it but close()).
+        const p = new Promise((r) => setTimeout(r, 0)).then(() => rmdirRetry(dir, 5000));
         this.removing.add(p);
         void p.finally(() => this.removing.delete(p));
         return p.then(() => undefined);

@@ -123,6 +123,30 @@ describe("local sandbox: no host layout in argv or environment (item 6)", () => 
     const forbidden = [workspace, base, packageRoot(), realpathSync(logsGiven), tmpdir() + "/infradev-local-"];
     for (const f of forbidden) expect(r.stdout, `${f} visible inside`).not.toContain(f);
   });
+
+  it("mountinfo names bind sources (documented: bwrap cannot hide them) but not the package: the helpers are a private copy", async () => {
+    const r = await sb.exec(["cat", "/proc/self/mountinfo"]);
+    expect(r.stdout).not.toContain(packageRoot());
+    const helpers = r.stdout.split("\n").find((l) => l.split(" ")[4] === "/opt/infradev/python")!;
+    expect(helpers.split(" ")[3]).toMatch(/\/infradev-helpers-\d+-[A-Za-z0-9]{6}$/);
+    const same = await sb.exec(["sh", "-c", "ls /opt/infradev/python | sort"]);
+    const mine = readdirSync(join(packageRoot(), "sandbox", "python")).filter((n) => !n.startsWith(".")).sort();
+    expect(same.stdout.trim().split("\n")).toEqual(mine);
+  });
+});
+
+describe("local sandbox: the command reaches bwrap intact", () => {
+  it("passes argv and env verbatim (quotes, newlines, $(...), backslashes), through a standby or not", async () => {
+    const args = ["a b", "it's", "$(touch /workspace/injected)", "`id`", "line1\nline2", "back\\slash", "", "-n", "'", "\"q\""];
+    for (let i = 0; i < 3; i++) {
+      const r = await sb.exec(["python3", "-c", "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ['WEIRD']]))", ...args], {
+        env: { WEIRD: "x'y\n$(id) \\ z" },
+      });
+      expect(r.exitCode, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout)).toEqual([args, "x'y\n$(id) \\ z"]);
+    }
+    expect(existsSync(join(workspace, "injected"))).toBe(false);
+  });
 });
 
 describe("local sandbox: process limit (item 7)", () => {

@@ -84,8 +84,10 @@ describe("none sandbox", () => {
       const strict = new NoneSandbox({ hostRepoDir: workspace, inheritEnv: false });
       const r = await strict.exec(["bash", "-c", 'echo "${INFRADEV_NONE_TEST:-unset}"']);
       expect(r.stdout).toBe("unset\n");
+      await strict.close();
       const loose = new NoneSandbox({ hostRepoDir: workspace });
       expect((await loose.exec(["bash", "-c", 'echo "$INFRADEV_NONE_TEST"'])).stdout).toBe("leaky\n");
+      await loose.close();
     } finally {
       delete process.env.INFRADEV_NONE_TEST;
     }
@@ -94,5 +96,22 @@ describe("none sandbox", () => {
   it("refuses a workspace that does not exist", () => {
     expect(() => new NoneSandbox({ hostRepoDir: join(base, "nope") })).toThrow(/not an existing folder/);
     expect(existsSync(join(base, "nope"))).toBe(false);
+  });
+});
+
+describe("none sandbox: contracts C and D", () => {
+  it("ignores read-only overlays with a warning; keeps logs outside the workspace (a temp folder removed at close)", async () => {
+    const lines: string[] = [];
+    const { pino } = await import("pino");
+    const logger = pino({ level: "warn" }, { write: (l: string) => lines.push(l) });
+    const own = (await createSandbox({ kind: "none", hostRepoDir: workspace, logger, readOnlyOverlays: [{ host: base, rel: "probes" }] })) as NoneSandbox;
+    expect(lines.join("")).toMatch(/readOnlyOverlays ignored/);
+    const r = await own.exec(["echo", "x"]);
+    expect(r.logPath!.startsWith(workspace)).toBe(false);
+    expect(r.sandboxLogPath).toBe(r.logPath);
+    expect(existsSync(join(workspace, "probes"))).toBe(false);
+    await own.close();
+    expect(existsSync(own.logDir)).toBe(false);
+    await expect(createSandbox({ kind: "none", hostRepoDir: workspace, logDir: join(workspace, ".infradev", "logs") })).rejects.toThrow(/inside the workspace/);
   });
 });
