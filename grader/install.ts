@@ -28,6 +28,8 @@ export interface InstalledFile {
   methods: Record<string, Record<string, string>>;
   /** Other names bound at module level (not renamed): a unittest class, an imported test. */
   known: string[];
+  /** Twin canaries appended to this module: installed twin name → real name of the test it runs. */
+  twins?: Record<string, string>;
 }
 
 export interface InstallMap {
@@ -65,6 +67,8 @@ export function mapCaseId(map: InstallMap, installed: string): MappedId | null {
   if (parts.length > 1) {
     const last = parts.length - 1;
     const [top, topParams] = splitParams(parts[1]!);
+    const twin = file.twins?.[top];
+    if (twin !== undefined) return { id: `${CANARIES_REAL_DIR}/twin/${file.real}::${twin}${topParams}`, suite: "canary" };
     const realTop = file.names[top] ?? (file.known.includes(top) ? top : null);
     if (realTop === null) return null;
     out.push(`${realTop}${last === 1 ? topParams : ""}`);
@@ -108,7 +112,8 @@ export function unmapText(map: InstallMap, text: string, extra: ReadonlyArray<[s
 
 // ---------------------------------------------------------------- canaries
 
-export type CanaryOutcome = "passed" | "failed";
+/** not_passed: a twin canary (it runs a real test, then fails): anything but a pass. */
+export type CanaryOutcome = "passed" | "failed" | "not_passed";
 /** Where a canary lies: beside the official tests, or beside the probes. */
 export type CanaryLocation = "official" | "probe";
 
@@ -236,6 +241,14 @@ export function canariesOf(map: InstallMap): Canary[] {
       out.push({ installed: `${installed}::${inst}`, real: `${f.real}::${real}`, expected, location });
     }
   }
+  // Twins live in official and probe modules: they run one of that module's tests, then fail.
+  for (const [installed, f] of Object.entries(map.files)) {
+    if (f.suite === "canary") continue;
+    const location: CanaryLocation = f.suite === "probe" ? "probe" : "official";
+    for (const [inst, real] of Object.entries(f.twins ?? {})) {
+      out.push({ installed: `${installed}::${inst}`, real: `${CANARIES_REAL_DIR}/twin/${f.real}::${real}`, expected: "not_passed", location });
+    }
+  }
   return out.sort((a, b) => a.real.localeCompare(b.real));
 }
 
@@ -259,7 +272,12 @@ export interface InstallJob {
   suite: InstalledSuite;
   /** The probes' folder: its helper modules get random names too. */
   rename_helpers?: boolean;
+  /** Twin canaries to append among this job's plain tests (infradev_grading.py twin_source). */
+  twins?: number;
 }
+
+/** Twins per grade beside the official tests and beside the probes (each runs one real test once more). */
+export const TWINS_PER_LOCATION = 2;
 
 /**
  * Runs sandbox/python/infradev_grading.py on the host over trusted files (the task's hidden tests and

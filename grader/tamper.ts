@@ -123,13 +123,13 @@ export function tamperEvidence(input: TamperInput): string[] {
   const disturbed = disturbedRanks(events, input.ranks);
   for (const c of input.canaries) {
     const mc = input.cases.find((x) => x.id === c.installed);
-    const verb = c.expected === "passed" ? "pass" : "fail";
+    const verb = c.expected === "passed" ? "pass" : c.expected === "failed" ? "fail" : "not pass";
     for (let r = 0; r < input.ranks; r++) {
       const rc = mc?.ranks.find((x) => x.rank === r);
       if (!rc || rc.outcome === "missing") {
         if (disturbed.has(r) || mc?.reason === "hang" || mc?.reason === "crash") continue;
         out.push(`${input.session}: canary ${c.real} (must ${verb}) was not reported by rank ${r}`);
-      } else if (rc.outcome !== c.expected) {
+      } else if (c.expected === "not_passed" ? rc.outcome === "passed" : rc.outcome !== c.expected) {
         out.push(`${input.session}: canary ${c.real} must ${verb} but is ${rc.outcome} on rank ${r}`);
       }
     }

@@ -81,7 +81,7 @@ export interface SessionResult {
   collection_errors: CollectionError[];
   launch_status: string | null;
   /** This session's canaries (real ids), what each must be, and what each rank reported. */
-  canaries?: Array<{ id: string; expected: "passed" | "failed"; ranks: string[] }>;
+  canaries?: Array<{ id: string; expected: "passed" | "failed" | "not_passed"; ranks: string[] }>;
   /** Evidence that the code under test changed what a test is or how its outcome was recorded. */
   tamper_evidence?: string[];
   /** Set when the launcher's records were lost (killed from inside, no bundle): cases count failed. */

@@ -5,7 +5,7 @@ import { execa } from "execa";
 import type { GraderTask } from "../tasks/loader.js";
 import { createSnapshot } from "../tasks/snapshot.js";
 import { changedPaths } from "./apply.js";
-import { CANARIES_REAL_DIR, canariesOf, hashTree, randomFolderName, runInstaller, writeCanarySources, type Canary, type InstallJob, type InstallMap } from "./install.js";
+import { CANARIES_REAL_DIR, TWINS_PER_LOCATION, canariesOf, hashTree, randomFolderName, runInstaller, writeCanarySources, type Canary, type InstallJob, type InstallMap } from "./install.js";
 import { PROBES_DIR, ROOT_CONFIG_NAMES, planConfigReverts, planPytestPin, pytestConcern, type ChangedFile, type ConfigRevert, type PytestPin } from "./test-config.js";
 
 export { PROBES_DIR };
@@ -169,7 +169,7 @@ export async function installGradingTests(task: GraderTask, ws: GradingWorkspace
     const dest = join(stageRoot, String(i));
     mkdirSync(dest);
     if (src !== null) {
-      jobs.push({ src, dest, rel: d, real: d, suite: "official" });
+      jobs.push({ src, dest, rel: d, real: d, suite: "official", twins: i === 0 ? TWINS_PER_LOCATION : 0 });
       officialDirs.push(d);
     }
     overlays.push({ host: dest, rel: d });
@@ -178,7 +178,7 @@ export async function installGradingTests(task: GraderTask, ws: GradingWorkspace
       const name = randomFolderName(taken);
       probeDir = `${d}/${name}`;
       const canaries = writeCanarySources(join(sources, "canaries"));
-      jobs.push({ src: task.hidden.probesDir, dest: join(dest, name), rel: probeDir, real: PROBES_DIR, suite: "probe", rename_helpers: true });
+      jobs.push({ src: task.hidden.probesDir, dest: join(dest, name), rel: probeDir, real: PROBES_DIR, suite: "probe", rename_helpers: true, twins: TWINS_PER_LOCATION });
       // Beside the official tests when this dir holds some (else the official run would never collect them).
       if (src !== null) jobs.push({ src: canaries.official, dest, rel: d, real: `${CANARIES_REAL_DIR}/official`, suite: "canary" });
       jobs.push({ src: canaries.probe, dest: join(dest, name), rel: probeDir, real: `${CANARIES_REAL_DIR}/probe`, suite: "canary" });

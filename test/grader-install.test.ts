@@ -1,4 +1,4 @@
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -175,6 +175,63 @@ describe("install under random names (infradev_grading.py)", () => {
     mkdirSync(bad);
     writeFileSync(join(bad, "test_bad.py"), "import pytest\nP = 'x'\n\n@pytest.mark.probe(promise=P, kind='state')\ndef test_x():\n    pass\n");
     await expect(runInstaller(PY, [{ src: bad, dest: join(scratch, "bad-out"), rel: "t", real: "t", suite: "probe" }])).rejects.toThrow(/t\/test_bad\.py: line 4: the probe marker's arguments must be literals/);
+  });
+});
+
+describe("twin canaries", () => {
+  it("run a real test of their module with the same fixtures, then fail; map to the canaries, never to a real id", async () => {
+    const src = join(scratch, "twin-src", "tests");
+    mkdirSync(src, { recursive: true });
+    writeFileSync(join(src, "conftest.py"), "import pytest\n\n@pytest.fixture\ndef seven():\n    return 7\n");
+    writeFileSync(
+      join(src, "test_plain.py"),
+      [
+        "import pytest",
+        "CALLS = []",
+        "",
+        "def test_uses_fixture(seven):",
+        "    CALLS.append(seven)",
+        "    assert seven == 7",
+        "",
+        "def test_plain():",
+        "    CALLS.append(0)",
+        "",
+        "@pytest.mark.parametrize('x', [1])",
+        "def test_decorated(x):",
+        "    pass",
+        "",
+        "def test_kw(a=1):",
+        "    pass",
+        "",
+        "def test_zz_seen_by_the_twins():",
+        "    # Twins are appended after this one: when it runs, no twin has run yet.",
+        "    assert CALLS == [7, 0]",
+        "",
+      ].join("\n"),
+    );
+    const repo = join(scratch, "twin-repo");
+    const map = await runInstaller(PY, [{ src, dest: join(repo, "tests"), rel: "tests", real: "tests", suite: "official", twins: 5 }]);
+    const [installed, entry] = Object.entries(map.files)[0]!;
+    // Only the plain tests can be twinned (no decorator, no default, no *args): three here, so three twins.
+    expect(Object.values(entry.twins ?? {}).sort()).toEqual(["test_plain", "test_uses_fixture", "test_zz_seen_by_the_twins"]);
+    // Appended after the module's last line: the first 20 lines are the renamed module, unmoved.
+    const text = readFileSync(join(repo, installed), "utf8").split("\n");
+    expect(text[3]).toMatch(/^def test_[a-z]{10}\(seven\):$/);
+    expect(text.slice(20).join("\n")).toMatch(/^def test_[a-z]{10}\(seven\):\n {4}test_[a-z]{10}\(seven\)\n {4}assert /m);
+    const canaries = canariesOf(map).filter((c) => c.expected === "not_passed");
+    expect(canaries).toHaveLength(3);
+    for (const c of canaries) {
+      expect(c.real).toMatch(/^infradev_canaries\/twin\/tests\/test_plain\.py::test_/);
+      expect(mapCaseId(map, c.installed)).toEqual({ id: c.real, suite: "canary" });
+    }
+    // Run them: every twin fails (after running its test: the counter saw it), every real test passes.
+    const run = spawnSync(PY, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", "tests"], { cwd: repo, encoding: "utf8" });
+    const outcome = (line: string) => /^(PASSED|FAILED|ERROR|SKIPPED) (\S+)/.exec(line);
+    const results = new Map(run.stdout.split("\n").map(outcome).filter((m): m is RegExpExecArray => m !== null).map((m) => [m[2]!.replace(/ - .*$/, ""), m[1]!]));
+    for (const c of canaries) expect(results.get(c.installed), `${c.installed}\n${run.stdout}`).toBe("FAILED");
+    const real = [...results].filter(([id]) => !canaries.some((c) => c.installed === id));
+    expect(real.length).toBe(5);
+    expect(real.every(([, o]) => o === "PASSED"), run.stdout).toBe(true);
   });
 });
 

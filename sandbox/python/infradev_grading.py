@@ -16,6 +16,9 @@ function (`def test_*`, `async def test_*`), test class (`class Test*`) and test
 class gets a random name too, and same-module references to those names follow. Edits are made at
 the source positions Python's ast gives, on the same lines, so line numbers stay as they were.
 `@pytest.mark.probe(...)` decorators are blanked out (the map keeps their promise and kind).
+A job with "twins": N gets N twin tests appended to its modules (after the last line, so line
+numbers hold): each runs one of the job's plain tests with the same fixtures and then fails, so it
+must never pass (twin_source).
 Conftest files and helper modules are copied as they are, except in a job with
 "rename_helpers": true (the probes' folder), whose top-level helper modules get random names too,
 every import of them in that folder following (`import m`, `import m as x`, `from m import ...`).
@@ -25,6 +28,7 @@ map (stdout, JSON):
                "names": {"<installed>": "<real>"},              # module-level functions, classes
                "methods": {"<installed class>": {"<installed>": "<real>"}},
                "known": ["<name>", ...]}},  # the other names bound at module level (not renamed)
+               "twins": {"<installed twin>": "<real name of the test it runs>"}},
      "markers": {"<real file>::<name>[::<method>]": {"promise": ..., "kind": ...}},
      "helpers": {"<rel>/<installed helper>.py": "<real>/<helper>.py"}}
 """
@@ -250,12 +254,15 @@ def rename_module(source_bytes, names, real_file, markers, modules=None):
             markers[real_id] = marker
             edits.blank(dec.lineno, at_sign(edits, dec), dec.end_lineno, dec.end_col_offset)
 
+    twinnable = []  # (real name, argument names) of tests a twin can call (see add_twins)
     for node in tree.body:
         if is_test_function(node):
             top[node.name] = names.function()
             a, b = name_span(edits, node)
             edits.replace(node.lineno, a, b, top[node.name])
             strip_probe_decorators(node, "%s::%s" % (real_file, node.name))
+            if twinnable_args(node) is not None:
+                twinnable.append((node.name, twinnable_args(node)))
         elif is_test_class(node):
             top[node.name] = names.klass()
             a, b = name_span(edits, node)
@@ -302,7 +309,40 @@ def rename_module(source_bytes, names, real_file, markers, modules=None):
         "names": inv(top),
         "methods": {top[c]: inv(ms) for c, ms in methods.items() if ms},
         "known": [n for n in bound_names(tree) if n not in top],
+        "twinnable": [(real, top[real], args) for real, args in twinnable],
     }
+
+
+def twinnable_args(node):
+    """The argument names of a plain module-level test a twin can call with the same fixtures, or
+    None: only `def test_x(a, b)` with no decorator left (probe markers are blanked), no defaults,
+    no *args / **kwargs / keyword-only arguments, not async."""
+    if not isinstance(node, ast.FunctionDef):
+        return None
+    if any(probe_marker(d) is None for d in node.decorator_list):
+        return None
+    a = node.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.kw_defaults or getattr(a, "posonlyargs", []):
+        return None
+    return [x.arg for x in a.args]
+
+
+def twin_source(twin, target, args, rng):
+    """A test that runs another test of its module with the same fixtures, then fails whatever
+    happened: it must never pass. A harness that turns the failures of tests touching the code
+    under test into passes turns this one too, and is caught (the grader's canaries never call the
+    submission's code; these do, exactly as the real tests do)."""
+    params = ", ".join(args)
+    a = rng.randint(2, 97)
+    b = a + rng.randint(1, 9)
+    style = rng.randrange(3)
+    if style == 0:
+        check = "    assert abs(%d.%02d - %d.%02d) < 1e-06" % (a, rng.randint(0, 99), b, rng.randint(0, 99))
+    elif style == 1:
+        check = "    assert %d %% %d == %d" % (a * b + 1, b, 0)
+    else:
+        check = "    assert len(%r) == %d" % ("x" * a, b)
+    return "\n\ndef %s(%s):\n    %s(%s)\n%s\n" % (twin, params, target, params, check)
 
 
 def helper_modules(src, names):
@@ -320,6 +360,26 @@ def copy_tree(job, names, result):
     if not os.path.isdir(src):
         raise InstallError("%s: not a folder" % src)
     modules = helper_modules(src, names) if job.get("rename_helpers") else {}
+    pending = []  # renamed test modules, written once the twins are chosen
+    _copy_files(job, names, result, src, dest, rel, real, suite, modules, pending)
+    add_twins(pending, int(job.get("twins", 0) or 0), names)
+    for p in pending:
+        with open(p["target"], "xb") as f:
+            f.write(p["text"])
+
+
+def add_twins(pending, count, names):
+    """`count` twins (see twin_source) of tests picked at random among the job's plain tests."""
+    rng = secrets.SystemRandom()
+    pool = [(p, c) for p in pending for c in p["candidates"]]
+    for p, (real, installed, args) in rng.sample(pool, min(count, len(pool))):
+        twin = names.function()
+        text = p["text"]
+        p["text"] = text + (b"" if text.endswith(b"\n") else b"\n") + twin_source(twin, installed, args, rng).encode()
+        p["entry"]["twins"][twin] = real
+
+
+def _copy_files(job, names, result, src, dest, rel, real, suite, modules, pending):
     for dirpath, dirnames, filenames in os.walk(src):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         sub = os.path.relpath(dirpath, src)
@@ -345,12 +405,12 @@ def copy_tree(job, names, result):
                     raise InstallError("%s: %s" % (real_file, e))
                 new_name = names.module()
                 target = os.path.join(out_dir, new_name)
-                with open(target, "xb") as f:
-                    f.write(text)
                 installed = "/".join(p for p in (rel, sub, new_name) if p)
-                entry = {"real": real_file, "suite": suite}
+                candidates = maps.pop("twinnable")
+                entry = {"real": real_file, "suite": suite, "twins": {}}
                 entry.update(maps)
                 result["files"][installed] = entry
+                pending.append({"target": target, "text": text, "entry": entry, "candidates": candidates})
             elif modules and name.endswith(".py"):
                 stem = name[:-3]
                 new_name = (modules[stem] + ".py") if not sub and stem in modules else name
