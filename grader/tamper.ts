@@ -121,8 +121,12 @@ export function tamperEvidence(input: TamperInput): string[] {
 
   // Canaries: every rank reports each one, with the outcome it must have.
   const disturbed = disturbedRanks(events, input.ranks);
+  const brokenFiles = new Set((input.collectionErrors ?? []).map((e) => e.split("::")[0]!));
   for (const c of input.canaries) {
     const mc = input.cases.find((x) => x.id === c.installed);
+    // A twin lives in a real test module: when that module does not import (base, a hollow patch),
+    // neither it nor the test it runs is collected, an honest outcome.
+    if (c.expected === "not_passed" && !mc && brokenFiles.has(c.installed.split("::")[0]!)) continue;
     const verb = c.expected === "passed" ? "pass" : c.expected === "failed" ? "fail" : "not pass";
     for (let r = 0; r < input.ranks; r++) {
       const rc = mc?.ranks.find((x) => x.rank === r);

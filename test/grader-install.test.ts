@@ -96,6 +96,9 @@ describe("install under random names (infradev_grading.py)", () => {
     expect(Object.values(entry.names).sort()).toEqual(["TestGroup", "TestMarked", "test_alpha", "test_beta", "test_gamma"]);
     const text = readFileSync(join(repo, installed), "utf8");
     for (const real of ["test_alpha", "test_beta", "test_gamma", "TestGroup", "test_m", "test_n", "probe"]) expect(text).not.toMatch(new RegExp(`\\b${real}\\b`));
+    // Docstrings say what a test checks: emptied, on the same line.
+    expect(text).not.toContain("every shape the install renames");
+    expect(text.split("\n")[0]!.trimEnd()).toBe('""');
     // Same lines: the marker lines are empty, nothing moved.
     expect(text.split("\n")).toHaveLength(SOURCE.split("\n").length);
     const lines = text.split("\n");
@@ -315,6 +318,21 @@ describe("tamper verdict (pure)", () => {
     expect(tamperEvidence(input({ cases: flipped, integrity: undefined }))).toEqual(["cpu.all: canary infradev_canaries/official/test_c0.py::test_fail_1 must fail but is passed on rank 1"]);
     const skipped = honestCases().map((c) => (c.id === PASS ? mc(PASS, "skipped", "skipped") : c));
     expect(tamperEvidence(input({ cases: skipped, integrity: undefined }))).toHaveLength(2);
+  });
+
+  it("a twin must not pass; missing, it is evidence unless its module did not import (then its test did not run either)", () => {
+    const withTwin: InstallMap = { ...MAP, files: { ...MAP.files, "tests/test_aaaaaaaaaa.py": { ...MAP.files["tests/test_aaaaaaaaaa.py"]!, twins: { test_tttttttttt: "test_sum" } } } };
+    const twins = canariesOf(withTwin).filter((c) => c.expected === "not_passed");
+    expect(twins.map((c) => c.real)).toEqual(["infradev_canaries/twin/tests/test_ops.py::test_sum"]);
+    const TWIN = "tests/test_aaaaaaaaaa.py::test_tttttttttt";
+    const base = { map: withTwin, canaries: canariesOf(withTwin), integrity: undefined };
+    expect(tamperEvidence(input({ ...base, cases: [...honestCases(), mc(TWIN, "failed", "error")] }))).toEqual([]);
+    expect(tamperEvidence(input({ ...base, cases: [...honestCases(), mc(TWIN, "failed", "passed")] }))).toEqual([
+      "cpu.all: canary infradev_canaries/twin/tests/test_ops.py::test_sum must not pass but is passed on rank 1",
+    ]);
+    expect(tamperEvidence(input({ ...base, cases: honestCases() }))).toHaveLength(2);
+    const brokenModule = honestCases().filter((c) => c.id !== OFFICIAL);
+    expect(tamperEvidence(input({ ...base, cases: brokenModule, collectionErrors: ["tests/test_aaaaaaaaaa.py"] }))).toEqual([]);
   });
 
   it("a canary missing on a rank is evidence, unless the launcher had to stop that session (crash, hang, out of time)", () => {

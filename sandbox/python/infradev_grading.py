@@ -15,7 +15,8 @@ Every test module (test_*.py / *_test.py) gets a random file name; in it, every 
 function (`def test_*`, `async def test_*`), test class (`class Test*`) and test method of such a
 class gets a random name too, and same-module references to those names follow. Edits are made at
 the source positions Python's ast gives, on the same lines, so line numbers stay as they were.
-`@pytest.mark.probe(...)` decorators are blanked out (the map keeps their promise and kind).
+`@pytest.mark.probe(...)` decorators are blanked out (the map keeps their promise and kind), and
+docstrings are emptied (strip_docstrings).
 A job with "twins": N gets N twin tests appended to its modules (after the last line, so line
 numbers hold): each runs one of the job's plain tests with the same fixtures and then fails, so it
 must never pass (twin_source).
@@ -220,17 +221,39 @@ def rename_imports(tree, edits, modules):
             edits.replace(node.lineno, node.col_offset, node.end_col_offset, modules[node.id])
 
 
+def strip_docstrings(tree, edits):
+    """Docstrings (module, class, function) emptied in place: `__doc__` of a test or of its module
+    would otherwise say what it checks ("Resource probes: ...") to code that looks. The string
+    becomes "" and the lines it spanned stay, so nothing moves."""
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        body = node.body
+        if not body or not isinstance(body[0], ast.Expr):
+            continue
+        value = body[0].value
+        if not (isinstance(value, ast.Constant) and isinstance(value.value, str)) or value.end_lineno is None:
+            continue
+        edits.blank(value.lineno, value.col_offset, value.end_lineno, value.end_col_offset)
+        edits.replace(value.lineno, value.col_offset, value.col_offset, '""')
+
+
 def rename_helper(source_bytes, modules):
-    """A conftest or helper module: only its imports of renamed helper modules change."""
-    if not modules:
-        return source_bytes
+    """A conftest or helper module of the probes' folder: its imports of renamed helper modules
+    change, and its docstrings are emptied."""
     try:
         tree = ast.parse(source_bytes)
     except SyntaxError as e:
         raise InstallError("does not parse: %s" % e)
     edits = Edits(source_bytes)
     rename_imports(tree, edits, modules)
-    return edits.apply()
+    strip_docstrings(tree, edits)
+    out = edits.apply()
+    try:
+        ast.parse(out)
+    except SyntaxError as e:
+        raise InstallError("the rewritten helper does not parse: %s" % e)
+    return out
 
 
 def rename_module(source_bytes, names, real_file, markers, modules=None):
@@ -243,6 +266,7 @@ def rename_module(source_bytes, names, real_file, markers, modules=None):
     edits = Edits(source_bytes)
     if modules:
         rename_imports(tree, edits, modules)
+    strip_docstrings(tree, edits)
     top = {}  # real -> installed
     methods = {}  # real class -> {real method -> installed}
 
@@ -411,7 +435,7 @@ def _copy_files(job, names, result, src, dest, rel, real, suite, modules, pendin
                 entry.update(maps)
                 result["files"][installed] = entry
                 pending.append({"target": target, "text": text, "entry": entry, "candidates": candidates})
-            elif modules and name.endswith(".py"):
+            elif job.get("rename_helpers") and name.endswith(".py"):
                 stem = name[:-3]
                 new_name = (modules[stem] + ".py") if not sub and stem in modules else name
                 target = os.path.join(out_dir, new_name)

@@ -23,7 +23,7 @@ from nanodecode import DecoderConfig, TinyDecoder  # noqa: E402
 @pytest.fixture
 def cuda() -> torch.device:
     if not torch.cuda.is_available():
-        pytest.fail("the cuda-graph-decode probes need a CUDA device; none is visible")
+        pytest.fail("these tests need a CUDA device; none is visible")
     # Reference numbers in full float32: TF32 would blur the comparison with the recomputation.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

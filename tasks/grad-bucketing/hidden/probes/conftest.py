@@ -22,14 +22,14 @@ for path in (str(REPO_ROOT), str(HERE)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from gb_probe_support import probe_device  # noqa: E402
+from gb_probe_support import run_device  # noqa: E402
 
 
 def _backend() -> str:
     explicit = os.environ.get("NANOINFRA_BACKEND")
     if explicit:
         return explicit.strip().lower()
-    return "nccl" if probe_device().type == "cuda" else "gloo"
+    return "nccl" if run_device().type == "cuda" else "gloo"
 
 
 def _free_port() -> int:
@@ -39,7 +39,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def probe_process_group():
+def dist_session():
     created = False
     if not dist.is_initialized():
         if "WORLD_SIZE" not in os.environ:
@@ -47,8 +47,8 @@ def probe_process_group():
             os.environ.setdefault("MASTER_PORT", str(_free_port()))
             os.environ["RANK"] = "0"
             os.environ["WORLD_SIZE"] = "1"
-        if probe_device().type == "cuda":
-            torch.cuda.set_device(probe_device())
+        if run_device().type == "cuda":
+            torch.cuda.set_device(run_device())
         dist.init_process_group(_backend(), init_method="env://", timeout=timedelta(seconds=120))
         created = True
     yield dist.group.WORLD
@@ -58,4 +58,4 @@ def probe_process_group():
 
 @pytest.fixture
 def device() -> torch.device:
-    return probe_device()
+    return run_device()

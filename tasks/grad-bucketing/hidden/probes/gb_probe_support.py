@@ -19,7 +19,7 @@ ATOL = 1e-6
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
 
-def probe_device() -> torch.device:
+def run_device() -> torch.device:
     if os.environ.get("NANOINFRA_DEVICE", "cpu").strip().lower() == "cuda":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return torch.device("cpu")
@@ -38,7 +38,7 @@ def cap_mb(nbytes: int) -> float:
     return nbytes / MIB
 
 
-class ProbeNet(nn.Module):
+class TwoLayerNet(nn.Module):
     """Parameters of assorted sizes; ``aux`` is used only when the forward asks for it."""
 
     def __init__(self) -> None:
@@ -58,9 +58,9 @@ class ProbeNet(nn.Module):
         return out
 
 
-def make_net(device: torch.device, frozen: Sequence[str] = (), seed: int = 11) -> ProbeNet:
+def make_net(device: torch.device, frozen: Sequence[str] = (), seed: int = 11) -> TwoLayerNet:
     torch.manual_seed(seed)
-    net = ProbeNet()
+    net = TwoLayerNet()
     for name, param in net.named_parameters():
         if any(name == f or name.startswith(f + ".") for f in frozen):
             param.requires_grad_(False)
