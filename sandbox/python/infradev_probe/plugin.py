@@ -46,7 +46,6 @@ from . import measure
 
 PROBE_KINDS = ("numerical", "resource", "state", "condition")
 _MEASURED_FIELDS = ("wall_time_s", "peak_memory_bytes", "peak_memory_delta_bytes", "reserved_memory_bytes", "memory_kind", "calls", "bytes")
-CURRENT_TEST_VAR = "PYTEST_CURRENT_TEST"
 # Set by infradev_rank_boot.py before pytest.main: {"args", "plugins", "skip", "out_dir", "session"}.
 BOOT_SPEC = None
 
@@ -55,23 +54,33 @@ def neutral_test_name(nodeid):
     return "test_%s" % hashlib.sha1(nodeid.encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
-def _neutral_current_test_var(item, when):
-    """Stands in for _pytest.runner._update_current_test_var: the same set / pop, a neutral value."""
-    if when:
-        os.environ[CURRENT_TEST_VAR] = "%s (%s)" % (neutral_test_name(item.nodeid), when)
-    else:
-        os.environ.pop(CURRENT_TEST_VAR)
+class _NeutralNode:
+    __slots__ = ("nodeid",)
+
+    def __init__(self, nodeid):
+        self.nodeid = nodeid
 
 
 def neutralise_current_test_var():
     """pytest sets PYTEST_CURRENT_TEST to "<nodeid> (<when>)" at the start of each phase, in the
     runner's own hook, right before fixtures and the test run: no hook of ours comes between. So the
-    runner's helper is replaced (it exists under that name in pytest 6 to 9). False if it is not there."""
+    runner's helper is wrapped: pytest's own function still runs (its set, its pop after teardown, the
+    thread-local of newer versions), given a stand-in item whose node id is the neutral name, so the
+    real id never reaches os.environ, not even for an instant. It exists under that name in pytest 6
+    to 9; False if it is not there."""
     from _pytest import runner
 
-    if not callable(getattr(runner, "_update_current_test_var", None)):
+    original = getattr(runner, "_update_current_test_var", None)
+    if not callable(original):
         return False
-    runner._update_current_test_var = _neutral_current_test_var
+    if getattr(original, "_infradev_neutral", False):
+        return True
+
+    def update(item, when):
+        return original(_NeutralNode(neutral_test_name(item.nodeid)) if when else item, when)
+
+    update._infradev_neutral = True
+    runner._update_current_test_var = update
     return True
 
 
