@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -218,6 +218,17 @@ def test_plants_links():
     os.mkfifo(os.path.join(out, f"rank{r}.stacks.fifo"))
     assert False, "fails"
 `,
+    "test_cmdline.py": `
+import os
+
+def test_launcher_argv_names_no_test():
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+        argv = f.read().split(bytes(1))
+    assert any(a.endswith(b"infradev_launch.py") for a in argv), argv
+    assert not any(b"test_cmdline" in a or b".infradev" in a for a in argv), argv
+    with open("/proc/self/cmdline", "rb") as f:
+        assert b"test_cmdline" not in f.read()
+`,
     "test_sigterm.py": `
 import os, signal, time
 
@@ -252,6 +263,15 @@ def test_sigkill_the_launcher():
     expect(r.lostRecords).toBeUndefined();
     expect(r.launch?.hardening).toEqual({ non_dumpable: true, subreaper: true });
     expect(r.cases).toMatchObject([{ id: "test_stdout.py::test_cannot_reach_the_launcher", outcome: "passed" }]);
+  });
+
+  it("neither the launcher's argv nor a rank's names the tests or the out dir; removeOutDir leaves nothing behind", async () => {
+    const outDir = `.infradev/results/cmdline-${process.pid}`;
+    const r = await runRanks(hsb, { ranks: 2, pytestArgs: ["test_cmdline.py"], outDir, perTestTimeoutSec: 30, runTimeoutSec: 120, removeOutDir: true });
+    expect(r.lostRecords).toBeUndefined();
+    expect(r.cases).toMatchObject([{ id: "test_cmdline.py::test_launcher_argv_names_no_test", outcome: "passed" }]);
+    expect(r.logs.find((l) => l.name === "rank0.log")?.text).toContain("1 passed");
+    expect(readdirSync(join(hdir, outDir))).toEqual([]);
   });
 
   it("records appended at exit stay out of the result and show as a plugin / pytest-junit disagreement", async () => {
