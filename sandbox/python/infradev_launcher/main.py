@@ -322,7 +322,7 @@ def run(cfg, stop):
     sessions, events, notes = [], [], []
     launch_error = None
     skip = set()
-    collected, collection_errors = None, []
+    collected, collection_errors, collection_skips = None, [], []
     progress = Progress()
     while True:
         result = run_session(cfg, len(sessions), launcher, skip, stop, run_deadline, t_launch, progress)
@@ -340,6 +340,7 @@ def run(cfg, stop):
         if collected is None:
             collected = _collected_ids(result)
             collection_errors = next((c.get("errors", []) for c in result.collected if c), [])
+            collection_skips = next((c.get("skipped", []) for c in result.collected if c), [])
         if result.launch_error:
             launch_error = result.launch_error
             break
@@ -382,6 +383,7 @@ def run(cfg, stop):
         "events": events,
         "collected": collected or [],
         "collection_errors": collection_errors,
+        "collection_skips": collection_skips[:100],
         "summary": summary,
         "sessions": [s.summary() for s in sessions],
         "error": launch_error,

@@ -176,6 +176,7 @@ class RankRecorder:
         self.session = int(os.environ.get(SESSION_ENV, "0") or 0)
         self.tests = {}
         self.collection_errors = []
+        self.collection_skips = []  # a module skipped at import (pytest.importorskip, skip(allow_module_level))
         self.memory_kind = None
         self._reports = {}
         self._measured = None
@@ -203,6 +204,8 @@ class RankRecorder:
             self.collection_errors.append(
                 {"nodeid": report.nodeid, "file": report.nodeid.split("::")[0], "message": cap_text(report.longreprtext)}
             )
+        elif report.skipped:
+            self.collection_skips.append({"nodeid": report.nodeid, "message": _short_message(report)})
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items):
@@ -238,6 +241,7 @@ class RankRecorder:
                 "ids": ids,
                 "deselected_by_skip_list": [i for i in getattr(self, "_all_ids", []) if i not in set(ids)],
                 "errors": self.collection_errors,
+                "skipped": self.collection_skips,
             },
         )
 
