@@ -397,6 +397,9 @@ def test_named_plugins_load_and_entry_points_do_not(tmp_path):
         assert recs["test_plugins.py::test_uses_the_task_plugin"]["outcome"] == "passed"
         assert recs["test_plugins.py::test_fails"]["outcome"] == "failed"
     assert bundle["launch"]["plugins"] == ["task_plugin"]
+    # imported by the boot before pytest: no "already imported, cannot be rewritten" warning either
+    log = next(l["text"] for l in bundle["logs"] if l["name"] == "rank0.log")
+    assert "PytestAssertRewriteWarning" not in log and "warning" not in log.splitlines()[-1], log
 
 
 def test_launch_spec_in_the_environment_keeps_argv_clean_and_out_dir_removable(tmp_path):

@@ -14,6 +14,9 @@ INFRADEV_SKIP_FILE) are deselected (the launcher's restarts). Under the launcher
     own value names the test, and code under test must not tell a probe from another test by it);
   - keeps pytest's verbosity at -1 or more, so the rank log always ends with pytest's own summary
     line ("3 failed, 21 passed in 4.2s"), one of the launcher's independent records.
+
+PYTEST_DONT_REWRITE: the rank boot imports this module before pytest starts (so nothing of the repo
+can stand in for what it imports); pytest then has nothing to rewrite and need not warn about it.
 """
 
 import faulthandler
