@@ -195,13 +195,16 @@ export function launchSpecHex(outDir: string, pytestArgs: string[], plugins: str
 }
 
 function outDirArg(repoDir: string, cwd: string | undefined, outDir: string): { sandboxOutDir: string; arg: string } {
-  if (outDir.includes("\0") || posix.isAbsolute(outDir) || outDir.split("/").includes("..")) {
-    throw new Error(`runRanks: outDir must be a relative path inside the workspace without '..' (got ${JSON.stringify(outDir)})`);
+  if (outDir.includes("\0") || posix.isAbsolute(outDir) || outDir.split("/").includes("..") || posix.normalize(outDir) === ".") {
+    throw new Error(`runRanks: outDir must name a folder inside the workspace: relative, without '..' (got ${JSON.stringify(outDir)})`);
   }
   const sandboxOutDir = posix.join(repoDir, outDir);
   const cwdAbs = posix.resolve(repoDir, cwd ?? ".");
-  // Relative to the launcher's cwd: the launcher then checks (O_NOFOLLOW) only the workspace's own folders.
-  return { sandboxOutDir, arg: posix.relative(cwdAbs, sandboxOutDir) || "." };
+  // Relative to the launcher's cwd when the cwd holds it: the launcher then checks (O_NOFOLLOW) only the
+  // workspace's own folders. Else (a cwd elsewhere, e.g. the base checkout) the absolute path, every
+  // component of which the launcher checks: a relative path with '..' would follow the cwd's physical parents.
+  const rel = posix.relative(cwdAbs, sandboxOutDir);
+  return { sandboxOutDir, arg: rel === "" ? "." : rel.split("/").includes("..") ? sandboxOutDir : rel };
 }
 
 /**

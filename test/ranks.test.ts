@@ -354,3 +354,12 @@ describe.skipIf(!dockerPlan.run)("runRanks against hostile tests on docker", () 
     expect(kill.lostRecords).toMatch(/code 137|killed by SIGKILL/);
   }, 240_000);
 });
+
+describe("runRanks arguments", () => {
+  it("refuses an out dir that is not a folder inside the workspace", async () => {
+    const sb = { repoDir: "/workspace" } as unknown as Sandbox;
+    for (const outDir of ["", ".", "/tmp/x", "../x", "a/../../x", "a\0b"]) {
+      await expect(runRanks(sb, { ranks: 1, pytestArgs: [], outDir, perTestTimeoutSec: 1, runTimeoutSec: 1 })).rejects.toThrow(/outDir must name a folder/);
+    }
+  });
+});
