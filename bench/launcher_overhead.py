@@ -3,7 +3,7 @@
     /usr/bin/python3 bench/launcher_overhead.py [--reps 9] [--nprocs 2,4] [--torch]
 
 Arms, interleaved (the order rotates every repetition), medians over repetitions:
-  launcher  python -S infradev_launch.py --nproc N --out-dir D -- -q test_trivial.py (as runRanks runs it)
+  launcher  python -I -S infradev_launch.py --nproc N --out-dir D -- -q test_trivial.py (as runRanks runs it)
   by_hand   the launcher's own rank command (python -m pytest -p infradev_probe.plugin ...), N
             processes started here with bare env vars (RANK, WORLD_SIZE, MASTER_*, INFRADEV_OUT_DIR),
             each in its own session like the launcher's ranks, waited for

@@ -50,6 +50,8 @@ export interface RunRanksOptions {
   noContinue?: boolean;
   /** pytest plugins every rank loads (`-p NAME`; plugin autoload is off in the ranks). */
   plugins?: string[];
+  /** Empty the out dir once the launcher has its bundle (nothing of this session stays readable in the workspace). */
+  removeOutDir?: boolean;
   signal?: AbortSignal;
   /** Called as tests finish on rank 0 (done / total collected). */
   onProgress?: (done: number, total: number) => void;
@@ -180,14 +182,29 @@ export function progressReader(onProgress: (done: number, total: number) => void
   };
 }
 
+/**
+ * The launcher's spec in the environment (INFRADEV_LAUNCH_SPEC_HEX, popped by the launcher): the out
+ * dir, pytest args and plugins stay out of its argv, which /proc/<pid>/cmdline shows every process of
+ * the sandbox. The format is the rank spec's (sandbox/python/infradev_outputs.py encode_spec):
+ * NUL-separated "<key>:<value>" records after a magic line, hex-encoded.
+ */
+export function launchSpecHex(outDir: string, pytestArgs: string[], plugins: string[]): string {
+  const parts = ["infradev-rank-spec-1", `o:${outDir}`, "n:0", ...pytestArgs.map((a) => `a:${a}`), ...plugins.map((p) => `p:${p}`)];
+  for (const p of parts) if (p.includes("\0")) throw new Error(`runRanks: a pytest argument or plugin name contains a NUL byte: ${JSON.stringify(p)}`);
+  return Buffer.from(parts.join("\0"), "utf8").toString("hex");
+}
+
 function outDirArg(repoDir: string, cwd: string | undefined, outDir: string): { sandboxOutDir: string; arg: string } {
-  if (outDir.includes("\0") || posix.isAbsolute(outDir) || outDir.split("/").includes("..")) {
-    throw new Error(`runRanks: outDir must be a relative path inside the workspace without '..' (got ${JSON.stringify(outDir)})`);
+  if (outDir.includes("\0") || posix.isAbsolute(outDir) || outDir.split("/").includes("..") || posix.normalize(outDir) === ".") {
+    throw new Error(`runRanks: outDir must name a folder inside the workspace: relative, without '..' (got ${JSON.stringify(outDir)})`);
   }
   const sandboxOutDir = posix.join(repoDir, outDir);
   const cwdAbs = posix.resolve(repoDir, cwd ?? ".");
-  // Relative to the launcher's cwd: the launcher then checks (O_NOFOLLOW) only the workspace's own folders.
-  return { sandboxOutDir, arg: posix.relative(cwdAbs, sandboxOutDir) || "." };
+  // Relative to the launcher's cwd when the cwd holds it: the launcher then checks (O_NOFOLLOW) only the
+  // workspace's own folders. Else (a cwd elsewhere, e.g. the base checkout) the absolute path, every
+  // component of which the launcher checks: a relative path with '..' would follow the cwd's physical parents.
+  const rel = posix.relative(cwdAbs, sandboxOutDir);
+  return { sandboxOutDir, arg: rel === "" ? "." : rel.split("/").includes("..") ? sandboxOutDir : rel };
 }
 
 /**
@@ -199,6 +216,9 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
   if (!Number.isInteger(opts.ranks) || opts.ranks < 1) throw new Error(`runRanks: ranks must be an integer ≥ 1 (got ${opts.ranks})`);
   const { sandboxOutDir, arg } = outDirArg(sandbox.repoDir, opts.cwd, opts.outDir);
   const nonce = randomBytes(16).toString("hex");
+  const specHex = launchSpecHex(arg, opts.pytestArgs, opts.plugins ?? []);
+  // One environment string may hold 128 KiB (MAX_ARG_STRLEN): a longer spec goes in argv, as before.
+  const inEnv = specHex.length < 120 * 1024;
   const argv = [
     sandbox.python,
     // -I: isolated (no PYTHONPATH / PYTHON* variables, no user site, no cwd or script dir on sys.path:
@@ -209,8 +229,6 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
     posix.join(sandbox.pythonHelpersDir, "infradev_launch.py"),
     "--nproc",
     String(opts.ranks),
-    "--out-dir",
-    arg,
     "--per-test-timeout",
     String(opts.perTestTimeoutSec),
     "--run-timeout",
@@ -218,15 +236,14 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
     "--launcher",
     opts.launcher ?? "builtin",
     ...(opts.noContinue ? ["--no-continue"] : []),
-    ...(opts.plugins ?? []).flatMap((p) => ["--plugin", p]),
-    "--",
-    ...opts.pytestArgs,
+    ...(opts.removeOutDir ? ["--remove-out-dir"] : []),
+    ...(inEnv ? [] : ["--out-dir", arg, ...(opts.plugins ?? []).flatMap((p) => ["--plugin", p]), "--", ...opts.pytestArgs]),
   ];
 
   const progress = opts.onProgress ? progressReader(opts.onProgress) : undefined;
   const exec = await sandbox.exec(argv, {
     cwd: opts.cwd ?? sandbox.repoDir,
-    env: { ...opts.env, INFRADEV_BUNDLE_NONCE: nonce },
+    env: { ...opts.env, INFRADEV_BUNDLE_NONCE: nonce, ...(inEnv ? { INFRADEV_LAUNCH_SPEC_HEX: specHex } : {}) },
     // The launcher enforces the run limit itself; this outer limit only catches a wedged launcher.
     timeoutSec: opts.runTimeoutSec + 60,
     maxOutputBytes: LAUNCHER_MAX_OUTPUT_BYTES,

@@ -1,10 +1,13 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createSandbox, type Sandbox } from "../sandbox/index.js";
 import { BUNDLE_PREFIX, PROGRESS_PREFIX, progressReader, readBundle, runRanks } from "../sandbox/ranks.js";
+import type { DockerSandbox } from "../sandbox/docker.js";
 import type { ExecResult } from "../sandbox/types.js";
+import { dockerSuitePlan, ensureTestImage } from "./helpers/docker-image.js";
+import { type FakeTask, fakeTask, openTestSandbox } from "./helpers/docker-sandbox.js";
 import { processesMatching } from "./sandbox-test-helpers.js";
 
 // runRanks end to end: the real Python launcher, real gloo ranks inside the real bubblewrap sandbox,
@@ -159,12 +162,7 @@ describe("readBundle / progressReader", () => {
   });
 });
 
-// Tests that attack the launcher from inside the real bubblewrap sandbox (real ranks, real bwrap):
-// nothing forged may reach the result; a forgery shows as lost records or as an integrity disagreement.
-describe("runRanks against hostile tests", () => {
-  let hdir: string;
-  let hsb: Sandbox;
-  const HOSTILE: Record<string, string> = {
+const HOSTILE: Record<string, string> = {
     "test_stdout.py": `
 import os
 
@@ -182,7 +180,9 @@ def test_cannot_reach_the_launcher():
             os.write(fd, FORGED.encode())
         os.close(fd)
         opened.append(path)
-    assert opened == [], opened
+    # The sandbox's pid 1 (bwrap's init: its stdout is a socket, not reopenable; docker's init: its
+    # own output, not this exec's) may take the write: the host's result shows whether it got through.
+    assert [p for p in opened if not p.startswith("/proc/1/")] == [], opened
 `,
     "test_forge.py": `
 import atexit, json, os
@@ -218,6 +218,17 @@ def test_plants_links():
     os.mkfifo(os.path.join(out, f"rank{r}.stacks.fifo"))
     assert False, "fails"
 `,
+    "test_cmdline.py": `
+import os
+
+def test_launcher_argv_names_no_test():
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+        argv = f.read().split(bytes(1))
+    assert any(a.endswith(b"infradev_launch.py") for a in argv), argv
+    assert not any(b"test_cmdline" in a or b".infradev" in a for a in argv), argv
+    with open("/proc/self/cmdline", "rb") as f:
+        assert b"test_cmdline" not in f.read()
+`,
     "test_sigterm.py": `
 import os, signal, time
 
@@ -234,7 +245,13 @@ def test_sigkill_the_launcher():
         os.kill(os.getppid(), signal.SIGKILL)
     time.sleep(20)
 `,
-  };
+};
+
+// Tests that attack the launcher from inside the real bubblewrap sandbox (real ranks, real bwrap):
+// nothing forged may reach the result; a forgery shows as lost records or as an integrity disagreement.
+describe("runRanks against hostile tests", () => {
+  let hdir: string;
+  let hsb: Sandbox;
   beforeAll(async () => {
     hdir = mkdtempSync(join(tmpdir(), "infradev-ranks-hostile-"));
     for (const [name, body] of Object.entries(HOSTILE)) writeFileSync(join(hdir, name), body);
@@ -247,11 +264,20 @@ def test_sigkill_the_launcher():
   const run = (file: string) =>
     runRanks(hsb, { ranks: 2, pytestArgs: [file], outDir: `.infradev/results/${file}-${process.pid}`, perTestTimeoutSec: 30, runTimeoutSec: 120 });
 
-  it("a test cannot open the launcher's stdout, environ or memory (non-dumpable), nor bwrap's stdout", async () => {
+  it("a test cannot open the launcher's stdout, environ or memory (non-dumpable); a forged bundle written anywhere it can does not reach the host", async () => {
     const r = await run("test_stdout.py");
     expect(r.lostRecords).toBeUndefined();
     expect(r.launch?.hardening).toEqual({ non_dumpable: true, subreaper: true });
     expect(r.cases).toMatchObject([{ id: "test_stdout.py::test_cannot_reach_the_launcher", outcome: "passed" }]);
+  });
+
+  it("neither the launcher's argv nor a rank's names the tests or the out dir; removeOutDir leaves nothing behind", async () => {
+    const outDir = `.infradev/results/cmdline-${process.pid}`;
+    const r = await runRanks(hsb, { ranks: 2, pytestArgs: ["test_cmdline.py"], outDir, perTestTimeoutSec: 30, runTimeoutSec: 120, removeOutDir: true });
+    expect(r.lostRecords).toBeUndefined();
+    expect(r.cases).toMatchObject([{ id: "test_cmdline.py::test_launcher_argv_names_no_test", outcome: "passed" }]);
+    expect(r.logs.find((l) => l.name === "rank0.log")?.text).toContain("1 passed");
+    expect(readdirSync(join(hdir, outDir))).toEqual([]);
   });
 
   it("records appended at exit stay out of the result and show as a plugin / pytest-junit disagreement", async () => {
@@ -284,5 +310,56 @@ def test_sigkill_the_launcher():
     expect(kill.lostRecords).toMatch(/code 137|killed by SIGKILL/);
     expect(kill.cases).toEqual([]);
     expect(processesMatching("test_sigkill.py")).toEqual([]);
+  });
+});
+
+// The same attacks on the docker backend (a real engine; the test image runs the host's python).
+const dockerPlan = await dockerSuitePlan();
+
+describe.skipIf(!dockerPlan.run)("runRanks against hostile tests on docker", () => {
+  let task: FakeTask;
+  let dsb: DockerSandbox;
+  beforeAll(async () => {
+    if (!dockerPlan.reachable) throw new Error(dockerPlan.whyNot);
+    await ensureTestImage();
+    task = fakeTask();
+    for (const [name, body] of Object.entries(HOSTILE)) writeFileSync(join(task.workspace, name), body);
+    dsb = await openTestSandbox(task);
+  }, 120_000);
+  afterAll(async () => {
+    await dsb?.close();
+    task?.cleanup();
+  });
+  const run = (file: string) =>
+    runRanks(dsb, { ranks: 2, pytestArgs: [file], outDir: `.infradev/results/${file}`, perTestTimeoutSec: 30, runTimeoutSec: 120 });
+
+  it("no way into the launcher's stdout; appended records stay out; signalling the launcher loses the records", async () => {
+    const stdout = await run("test_stdout.py");
+    expect(stdout.lostRecords).toBeUndefined();
+    expect(stdout.launch?.hardening).toEqual({ non_dumpable: true, subreaper: true });
+    expect(stdout.cases, stdout.cases[0]?.ranks[0]?.excerpt).toMatchObject([{ outcome: "passed" }]);
+    const argv = await run("test_cmdline.py");
+    expect(argv.cases).toMatchObject([{ outcome: "passed" }]);
+    const forge = await run("test_forge.py");
+    expect(forge.cases).toMatchObject([{ id: "test_forge.py::test_fails", outcome: "failed" }]);
+    for (const i of forge.integrity) expect(i.plugin.passed).toBeGreaterThan(i.pytest_junit!.passed);
+    const plant = await run("test_plant.py");
+    expect(JSON.stringify(plant)).not.toContain("root:x:0:0");
+    expect(plant.cases).toMatchObject([{ outcome: "failed" }]);
+    const term = await run("test_sigterm.py");
+    expect(term.harnessError).toBeUndefined();
+    expect(term.lostRecords).toMatch(/interrupted from inside the sandbox/);
+    const kill = await run("test_sigkill.py");
+    expect(kill.harnessError).toBeUndefined();
+    expect(kill.lostRecords).toMatch(/code 137|killed by SIGKILL/);
+  }, 240_000);
+});
+
+describe("runRanks arguments", () => {
+  it("refuses an out dir that is not a folder inside the workspace", async () => {
+    const sb = { repoDir: "/workspace" } as unknown as Sandbox;
+    for (const outDir of ["", ".", "/tmp/x", "../x", "a/../../x", "a\0b"]) {
+      await expect(runRanks(sb, { ranks: 1, pytestArgs: [], outDir, perTestTimeoutSec: 1, runTimeoutSec: 1 })).rejects.toThrow(/outDir must name a folder/);
+    }
   });
 });

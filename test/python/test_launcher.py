@@ -1,5 +1,6 @@
 """The rank launcher with real gloo ranks: all-pass sessions, a hang, a crash, launch errors."""
 
+import json
 import os
 import sys
 
@@ -47,7 +48,17 @@ def test_all_pass(scratch, nproc):
     assert launch["exit_codes"] == [0] * nproc
     assert launch["collected"] == IDS
     assert launch["events"] == [] and launch["restarts"] == 0
+    assert launch["hardening"] == {"non_dumpable": True, "subreaper": True}
+    # progress on stderr, counting up to the total; the bundle is the last stdout line (conftest checks)
+    progress = [json.loads(l.split(" ", 1)[1]) for l in run.stderr.splitlines() if l.startswith("INFRADEV-PROGRESS ")]
+    assert progress and progress[-1] == {"done": 5, "total": 5}
+    assert [p["done"] for p in progress] == sorted(p["done"] for p in progress)
+    assert [(e["rank"], e["session"]) for e in run.integrity] == [(r, 0) for r in range(nproc)]
+    for entry in run.integrity:
+        assert entry["exit_code"] == 0
+        assert entry["plugin"] == entry["summary"] == {"passed": 4, "failed": 0, "error": 0, "skipped": 1}
     for rank in range(nproc):
+        assert run.file_junit(rank) == run.junit(rank)  # the agent's copy says what the host's does
         cases = run.junit(rank)
         assert list(cases) == IDS
         assert cases["test_ok.py::test_skipped"] == ("skipped", "not today")
@@ -262,7 +273,7 @@ def test_sigterm_to_the_launcher_kills_the_ranks_and_still_reports(tmp_path):
     (work / "test_hang.py").write_text(HANGING)
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, LAUNCHER, "--nproc", "2", "--out-dir", str(out), "--per-test-timeout", "120",
-                             "--", "-q", "test_hang.py"], cwd=str(work), stderr=subprocess.PIPE, text=True)
+                             "--", "-q", "test_hang.py"], cwd=str(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:  # wait until rank 1 is stuck in test_hang
         try:
@@ -273,8 +284,9 @@ def test_sigterm_to_the_launcher_kills_the_ranks_and_still_reports(tmp_path):
             break
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 2, stderr
+    assert json.loads(stdout.splitlines()[-1].split(" ", 1)[1])["launch"]["status"] == "interrupted"
     launch = json.loads((out / "launch.json").read_text())
     assert launch["status"] == "interrupted" and launch["events"][0]["kind"] == "interrupted"
     assert "SIGTERM" in launch["events"][0]["detail"]

@@ -397,3 +397,36 @@ def test_named_plugins_load_and_entry_points_do_not(tmp_path):
         assert recs["test_plugins.py::test_uses_the_task_plugin"]["outcome"] == "passed"
         assert recs["test_plugins.py::test_fails"]["outcome"] == "failed"
     assert bundle["launch"]["plugins"] == ["task_plugin"]
+    # imported by the boot before pytest: no "already imported, cannot be rewritten" warning either
+    log = next(l["text"] for l in bundle["logs"] if l["name"] == "rank0.log")
+    assert "PytestAssertRewriteWarning" not in log and "warning" not in log.splitlines()[-1], log
+
+
+def test_launch_spec_in_the_environment_keeps_argv_clean_and_out_dir_removable(tmp_path):
+    sys.path.insert(0, os.path.dirname(LAUNCHER))
+    from infradev_outputs import encode_spec
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "test_argv.py").write_text(textwrap.dedent('''
+    import os
+
+    def test_launcher_argv():
+        with open("/proc/%d/cmdline" % os.getppid(), "rb") as f:
+            argv = f.read()
+        assert b"test_argv" not in argv and b"secret-out" not in argv, argv
+        assert "INFRADEV_LAUNCH_SPEC_HEX" not in os.environ and "INFRADEV_BUNDLE_NONCE" not in os.environ
+    '''))
+    spec = encode_spec(["-q", "test_argv.py"], [], (), "secret-out", 0).hex()
+    env = dict(os.environ, INFRADEV_LAUNCH_SPEC_HEX=spec, INFRADEV_BUNDLE_NONCE="n0nce")
+    cmd = [sys.executable, "-I", "-S", LAUNCHER, "--nproc", "2", "--remove-out-dir"]
+    proc = subprocess.run(cmd, cwd=str(work), capture_output=True, text=True, timeout=120, env=env)
+    bundle, why = host_view(proc)
+    assert why is None and proc.returncode == 0, (why, proc.stderr, bundle and bundle["logs"])
+    assert bundle["nonce"] == "n0nce" and bundle["launch"]["pytest_args"] == ["-q", "test_argv.py"]
+    assert records(bundle, 1)["test_argv.py::test_launcher_argv"]["outcome"] == "passed"
+    assert list((work / "secret-out").iterdir()) == []  # emptied once the bundle was built
+    # both at once is a usage error (with a bundle saying so)
+    proc = subprocess.run(cmd + ["--out-dir", "x"], cwd=str(work), capture_output=True, text=True, timeout=60, env=env)
+    bundle, why = host_view(proc)
+    assert proc.returncode == 3 and "not both" in bundle["launch"]["error"]

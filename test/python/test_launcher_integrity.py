@@ -94,6 +94,7 @@ def test_warns():
     warnings.warn("a warning")
 '''
 BROKEN = "import no_such_module_anywhere\n"
+MODULE_SKIP = "import pytest\n\npytest.importorskip('no_such_module_either')\n\n\ndef test_never():\n    pass\n"
 
 
 def counts(entry_part):
@@ -107,22 +108,24 @@ def assert_agree(entry, expect_exit):
 
 
 def test_honest_mixed_session_agrees(scratch):
-    run = scratch({"test_mixed.py": MIXED, "test_broken.py": BROKEN, "sub/test_nested.py": "def test_deep():\n    pass\n"}, 2,
-                  "--", "-q", "test_mixed.py", "test_broken.py", "sub/test_nested.py")
+    run = scratch({"test_mixed.py": MIXED, "test_broken.py": BROKEN, "sub/test_nested.py": "def test_deep():\n    pass\n",
+                   "test_modskip.py": MODULE_SKIP}, 2, "--", "-q", "test_mixed.py", "test_broken.py", "sub/test_nested.py", "test_modskip.py")
     assert run.returncode == 1, run.stderr
     assert [e["session"] for e in run.integrity] == [0, 0] and [e["rank"] for e in run.integrity] == [0, 1]
     for entry in run.integrity:
         assert_agree(entry, 1)
         # pytest's own summary units: the teardown failure after a passed call is one pass + one error;
         # xpass counts as passed, xfail as skipped; the collection error is an error.
-        assert entry["summary"] == {"passed": 10, "failed": 4, "error": 4, "skipped": 3}
+        assert entry["summary"] == {"passed": 10, "failed": 4, "error": 4, "skipped": 4}
         outcomes = entry["pytest_junit"]["outcomes"]
         records = run.records(entry["rank"])
         # per test, pytest's junit and the plugin say the same (the collection error is not a record)
         assert outcomes.pop("test_broken.py") == "error"
+        assert outcomes.pop("test_modskip.py") == "skipped"  # skipped at collection (importorskip)
         assert outcomes == {nodeid: rec["outcome"] for nodeid, rec in records.items()}
     assert run.records(0)["test_mixed.py::TestGroup::test_odd_ids[a::b]"]["outcome"] == "passed"
     assert run.records(0)["sub/test_nested.py::test_deep"]["outcome"] == "passed"
+    assert [s["nodeid"] for s in run.launch["collection_skips"]] == ["test_modskip.py"]
 
 
 def test_all_passing_and_empty_sessions_agree(scratch, tmp_path):

@@ -15,7 +15,8 @@ budgets are bytes of the serialized JSON, measured, so the whole line is at most
                summary; up to 2 MiB in all (then 4 KiB tails, then left out).
   launch       events <= 100 (detail <= 2048 chars), collection errors <= 100 (message <= 4096),
                notes <= 20, pytest args as given (the host chose them), up to 3 MiB.
-For 10,000 tests on 2 ranks with short failures nothing is cut (~12 MiB).
+10,000 tests on 2 ranks keep every record: in full when they pass (~9 MiB with 100-char ids); when all fail with
+short tracebacks the later ones are reduced (~19 MiB in all).
 """
 
 import json

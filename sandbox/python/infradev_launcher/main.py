@@ -84,7 +84,7 @@ REQUIRED = object()
 APPEND = object()
 OPTIONS = (
     ("--nproc", "nproc", _nproc, REQUIRED, "number of ranks"),
-    ("--out-dir", "out_dir", str, REQUIRED, "folder for logs, JUnit XML and JSON results"),
+    ("--out-dir", "out_dir", str, None, "folder for logs, JUnit XML and JSON results (required, here or in the launch spec)"),
     ("--per-test-timeout", "per_test_timeout", _positive, 300.0, "seconds one test may run on a rank (default 300)"),
     ("--run-timeout", "run_timeout", _positive, 3600.0, "seconds the whole run may take (default 3600)"),
     ("--startup-timeout", "startup_timeout", _positive, 600.0, "seconds a rank may take to start pytest and collect (default 600)"),
@@ -96,6 +96,7 @@ OPTIONS = (
     ("--max-restarts", "max_restarts", int, 20, "restarts after hangs / crashes (default 20)"),
     ("--python", "python", str, sys.executable, "interpreter for the ranks (default: this one)"),
     ("--plugin", "plugins", _plugin, APPEND, "a pytest plugin every rank loads (-p NAME; repeatable)"),
+    ("--remove-out-dir", "remove_out_dir", None, False, "empty the out dir once the bundle is built (the next session's code cannot read this one's logs)"),
 )
 
 
@@ -183,13 +184,42 @@ def _parse_argparse(own):
         raise UsageError(str(exc))
 
 
-def parse_args(argv):
+LAUNCH_SPEC_ENV = "INFRADEV_LAUNCH_SPEC_HEX"
+
+
+def launch_spec(environ):
+    """The out dir, pytest args and plugins runRanks passes in the environment (hex of the rank-spec
+    format, infradev_outputs.encode_spec) rather than in argv: /proc/<pid>/cmdline is readable by
+    every process of the sandbox, /proc/<pid>/environ not once the launcher is non-dumpable. Popped."""
+    from infradev_outputs import decode_spec
+
+    text = environ.pop(LAUNCH_SPEC_ENV, None)
+    if text is None:
+        return None
+    try:
+        return decode_spec(bytes.fromhex(text))
+    except ValueError as exc:
+        raise UsageError("%s: %s" % (LAUNCH_SPEC_ENV, exc))
+
+
+def parse_args(argv, spec=None):
     if "--" in argv:
         cut = argv.index("--")
         own, pytest_args = argv[:cut], argv[cut + 1:]
     else:
         own, pytest_args = argv, []
     cfg = _parse_plain(own) or _parse_argparse(own)
+    if spec is not None:
+        if pytest_args or cfg.out_dir is not None:
+            raise UsageError("give the out dir and pytest args either on the command line or in %s, not both" % LAUNCH_SPEC_ENV)
+        cfg.out_dir = spec["out_dir"] or None
+        pytest_args = spec["args"]
+        try:
+            cfg.plugins = list(cfg.plugins) + [_plugin(p) for p in spec["plugins"]]
+        except ValueError as exc:
+            raise UsageError("%s: plugin %s" % (LAUNCH_SPEC_ENV, exc))
+    if cfg.out_dir is None:
+        raise UsageError("the following arguments are required: --out-dir")
     cfg.pytest_args = pytest_args
     cfg.out_dir_arg = cfg.out_dir
     cfg.out_dir = os.path.abspath(cfg.out_dir)
@@ -292,7 +322,7 @@ def run(cfg, stop):
     sessions, events, notes = [], [], []
     launch_error = None
     skip = set()
-    collected, collection_errors = None, []
+    collected, collection_errors, collection_skips = None, [], []
     progress = Progress()
     while True:
         result = run_session(cfg, len(sessions), launcher, skip, stop, run_deadline, t_launch, progress)
@@ -310,6 +340,7 @@ def run(cfg, stop):
         if collected is None:
             collected = _collected_ids(result)
             collection_errors = next((c.get("errors", []) for c in result.collected if c), [])
+            collection_skips = next((c.get("skipped", []) for c in result.collected if c), [])
         if result.launch_error:
             launch_error = result.launch_error
             break
@@ -352,6 +383,7 @@ def run(cfg, stop):
         "events": events,
         "collected": collected or [],
         "collection_errors": collection_errors,
+        "collection_skips": collection_skips[:100],
         "summary": summary,
         "sessions": [s.summary() for s in sessions],
         "error": launch_error,
@@ -426,6 +458,25 @@ def _write_launch_error(out_dir, out_fd, launch):
         pass
 
 
+def empty_out_dir(cfg):
+    """Remove everything in the out dir (never following a link: entries are unlinked relative to
+    its descriptor, folders removed with shutil.rmtree's descriptor-based walk)."""
+    fd = cfg.out_fd
+    if fd is None:
+        return
+    import shutil
+
+    for name in os.listdir(fd):
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if st.st_mode & 0o170000 == 0o040000:
+                shutil.rmtree(name, dir_fd=fd)
+            else:
+                os.unlink(name, dir_fd=fd)
+        except OSError:
+            pass
+
+
 def print_bundle(line):
     """The bundle goes last on stdout, in one write, and nothing follows it."""
     out = sys.stdout
@@ -455,7 +506,7 @@ def main(argv=None):
     from .bundle import bundle_line, minimal_bundle_line
 
     try:
-        cfg = parse_args(argv)
+        cfg = parse_args(argv, launch_spec(os.environ))
     except UsageError as exc:
         sys.stderr.write("infradev_launch: error: %s\nusage: %s\n" % (exc, USAGE))
         launch = _launch_error(None, _raw_option(argv, "--launcher") or "builtin", "usage: %s" % exc)
@@ -491,5 +542,7 @@ def main(argv=None):
     except Exception as exc:  # noqa: BLE001 - still a bundle, saying why there are no records
         launch = _launch_error(cfg.nproc, cfg.launcher, "launcher failure while building the bundle: %r" % (exc,))
         text = minimal_bundle_line(nonce, launch)
+    if cfg.remove_out_dir:
+        empty_out_dir(cfg)
     print_bundle(text)
     return EXIT_CODES[launch["status"]]

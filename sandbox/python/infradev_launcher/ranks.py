@@ -238,7 +238,12 @@ class TorchrunRanks:
         self._done.wait(timeout)
 
     def _entry(self, rank, what):
-        return read_json(rank_name(rank, what + ".json"), dir_fd=self.cfg.out_fd)
+        """rank{r}.entry.json / exit.json with only integer fields kept (the ranks can write there)."""
+        rec = read_json(rank_name(rank, what + ".json"), dir_fd=self.cfg.out_fd, cap=1 << 16)
+        if not isinstance(rec, dict):
+            return None
+        return {k: v for k, v in rec.items()
+                if not isinstance(v, bool) and (isinstance(v, int) or (k == "at" and isinstance(v, float)))}
 
     def exit_codes(self):
         codes = []

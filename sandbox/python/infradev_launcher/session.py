@@ -166,7 +166,12 @@ def clean_collected(obj):
     for err in obj.get("errors") or []:
         if isinstance(err, dict):
             errors.append({k: (err.get(k) if isinstance(err.get(k), str) else "")[:8192] for k in ("nodeid", "file", "message")})
-    return {"ids": _strings(obj.get("ids")), "deselected_by_skip_list": _strings(obj.get("deselected_by_skip_list")), "errors": errors}
+    skipped = []
+    for skip in obj.get("skipped") or []:
+        if isinstance(skip, dict):
+            skipped.append({k: (skip.get(k) if isinstance(skip.get(k), str) else "")[:8192] for k in ("nodeid", "message")})
+    return {"ids": _strings(obj.get("ids")), "deselected_by_skip_list": _strings(obj.get("deselected_by_skip_list")), "errors": errors,
+            "skipped": skipped}
 
 
 def _states(cfg):

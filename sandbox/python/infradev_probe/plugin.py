@@ -14,6 +14,9 @@ INFRADEV_SKIP_FILE) are deselected (the launcher's restarts). Under the launcher
     own value names the test, and code under test must not tell a probe from another test by it);
   - keeps pytest's verbosity at -1 or more, so the rank log always ends with pytest's own summary
     line ("3 failed, 21 passed in 4.2s"), one of the launcher's independent records.
+
+PYTEST_DONT_REWRITE: the rank boot imports this module before pytest starts (so nothing of the repo
+can stand in for what it imports); pytest then has nothing to rewrite and need not warn about it.
 """
 
 import faulthandler
@@ -46,7 +49,6 @@ from . import measure
 
 PROBE_KINDS = ("numerical", "resource", "state", "condition")
 _MEASURED_FIELDS = ("wall_time_s", "peak_memory_bytes", "peak_memory_delta_bytes", "reserved_memory_bytes", "memory_kind", "calls", "bytes")
-CURRENT_TEST_VAR = "PYTEST_CURRENT_TEST"
 # Set by infradev_rank_boot.py before pytest.main: {"args", "plugins", "skip", "out_dir", "session"}.
 BOOT_SPEC = None
 
@@ -55,23 +57,33 @@ def neutral_test_name(nodeid):
     return "test_%s" % hashlib.sha1(nodeid.encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
-def _neutral_current_test_var(item, when):
-    """Stands in for _pytest.runner._update_current_test_var: the same set / pop, a neutral value."""
-    if when:
-        os.environ[CURRENT_TEST_VAR] = "%s (%s)" % (neutral_test_name(item.nodeid), when)
-    else:
-        os.environ.pop(CURRENT_TEST_VAR)
+class _NeutralNode:
+    __slots__ = ("nodeid",)
+
+    def __init__(self, nodeid):
+        self.nodeid = nodeid
 
 
 def neutralise_current_test_var():
     """pytest sets PYTEST_CURRENT_TEST to "<nodeid> (<when>)" at the start of each phase, in the
     runner's own hook, right before fixtures and the test run: no hook of ours comes between. So the
-    runner's helper is replaced (it exists under that name in pytest 6 to 9). False if it is not there."""
+    runner's helper is wrapped: pytest's own function still runs (its set, its pop after teardown, the
+    thread-local of newer versions), given a stand-in item whose node id is the neutral name, so the
+    real id never reaches os.environ, not even for an instant. It exists under that name in pytest 6
+    to 9; False if it is not there."""
     from _pytest import runner
 
-    if not callable(getattr(runner, "_update_current_test_var", None)):
+    original = getattr(runner, "_update_current_test_var", None)
+    if not callable(original):
         return False
-    runner._update_current_test_var = _neutral_current_test_var
+    if getattr(original, "_infradev_neutral", False):
+        return True
+
+    def update(item, when):
+        return original(_NeutralNode(neutral_test_name(item.nodeid)) if when else item, when)
+
+    update._infradev_neutral = True
+    runner._update_current_test_var = update
     return True
 
 
@@ -167,6 +179,7 @@ class RankRecorder:
         self.session = int(os.environ.get(SESSION_ENV, "0") or 0)
         self.tests = {}
         self.collection_errors = []
+        self.collection_skips = []  # a module skipped at import (pytest.importorskip, skip(allow_module_level))
         self.memory_kind = None
         self._reports = {}
         self._measured = None
@@ -194,6 +207,8 @@ class RankRecorder:
             self.collection_errors.append(
                 {"nodeid": report.nodeid, "file": report.nodeid.split("::")[0], "message": cap_text(report.longreprtext)}
             )
+        elif report.skipped:
+            self.collection_skips.append({"nodeid": report.nodeid, "message": _short_message(report)})
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items):
@@ -229,6 +244,7 @@ class RankRecorder:
                 "ids": ids,
                 "deselected_by_skip_list": [i for i in getattr(self, "_all_ids", []) if i not in set(ids)],
                 "errors": self.collection_errors,
+                "skipped": self.collection_skips,
             },
         )
 
