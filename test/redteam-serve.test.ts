@@ -185,6 +185,24 @@ describe.each(SANDBOX_BACKENDS.filter((b) => b !== "none"))("a hostile agent aga
     expect(tail.stdout).toContain("THE-END");
   }, 300_000);
 
+  it("a test that kills the rank launcher gets 'results lost', never another run's results", async () => {
+    const ws = (await call("get_task")).structuredContent!.workspace as string;
+    await sh(`cat > ${ws}/tests/test_kill.py <<'EOF'\nimport os, signal\n\ndef test_kill():\n    os.kill(os.getppid(), signal.SIGKILL)\nEOF`);
+    const r = await call("pytest_run", { paths: ["tests/test_kill.py"], ranks: 2 });
+    expect(r.isError).toBe(true);
+    expect(JSON.stringify(r.content)).toMatch(/results were lost/);
+    await sh(`rm -f ${ws}/tests/test_kill.py`);
+  }, 180_000);
+
+  it("tools that run the workspace's code are not announced as read-only or idempotent", async () => {
+    const { tools } = await client.listTools();
+    for (const name of ["pytest_run", "pytest_collect", "measure", "run_shell"]) {
+      const t = tools.find((x) => x.name === name)!;
+      expect(t.annotations?.readOnlyHint, name).toBe(false);
+      expect(t.annotations?.idempotentHint, name).toBe(false);
+    }
+  });
+
   it("a mode named after a prototype key is refused by the schema", async () => {
     for (const mode of ["constructor", "__proto__", "toString"]) {
       const r = await client.callTool({ name: "pytest_run", arguments: { paths: ["tests/test_ops.py"], mode } }, undefined, { timeout: 60_000 }).catch((e: Error) => ({ isError: true, content: [{ type: "text", text: e.message }] }));

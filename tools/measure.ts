@@ -94,7 +94,7 @@ async function measureCheckout(
     signal: ctx.signal,
     onProgress: (done, total) => ctx.progress(done, total, `${checkout}: ${done}/${total} tests measured`),
   });
-  return measurementFromCases(checkout, ranks, run.cases, run.harnessError ? `the launcher failed: ${run.harnessError}` : null);
+  return measurementFromCases(checkout, ranks, run.cases, run.harnessError ? `the launcher failed: ${run.harnessError}` : run.lostRecords ? `the run's results were lost (a test or the code under test killed or disturbed the launcher): ${run.lostRecords}` : null);
 }
 
 export function registerMeasureTool(server: McpServer, deps: ToolDeps): void {
@@ -112,7 +112,9 @@ export function registerMeasureTool(server: McpServer, deps: ToolDeps): void {
         "the resource it promises.",
       input: measureInput(deps.task),
       output: MeasureOutput,
-      annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+      // Runs the workspace's code (tests, conftest, whatever they import): it can change anything the
+      // sandbox can, so neither read-only nor idempotent for a client that auto-approves those.
+      annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     },
     async (args, ctx) => {
       const { sandbox, task, base } = deps;

@@ -42,7 +42,9 @@ export function registerPytestCollectTool(server: McpServer, deps: ToolDeps): vo
         "an import error or a renamed test fails here in seconds instead of on every rank.",
       input: PytestCollectInput,
       output: PytestCollectOutput,
-      annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+      // Runs the workspace's code (tests, conftest, whatever they import): it can change anything the
+      // sandbox can, so neither read-only nor idempotent for a client that auto-approves those.
+      annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     },
     async (args, ctx) => {
       const { sandbox, task } = deps;

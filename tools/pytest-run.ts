@@ -58,7 +58,9 @@ export function registerPytestRunTool(server: McpServer, deps: ToolDeps): void {
         "per-rank resources (time, peak memory, collective calls and bytes). Sends progress (tests done / total) when asked.",
       input: pytestRunInput(deps.task),
       output: PytestRunOutput,
-      annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+      // Runs the workspace's code (tests, conftest, whatever they import): it can change anything the
+      // sandbox can, so neither read-only nor idempotent for a client that auto-approves those.
+      annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     },
     async (args, ctx) => {
       const { sandbox, task } = deps;
@@ -86,6 +88,14 @@ export function registerPytestRunTool(server: McpServer, deps: ToolDeps): void {
       const trace = { exit_code: run.exec.exitCode, ranks, mode: env.mode, status: run.launch?.status ?? "harness_error", tests: run.cases.length };
       if (run.harnessError) {
         return { ...errorResult(`pytest_run: the launcher could not run the tests (not a test failure): ${run.harnessError}\nper-rank logs: ${resultsDir}`), trace };
+      }
+      if (run.lostRecords) {
+        return {
+          ...errorResult(
+            `pytest_run: the run's results were lost: ${run.lostRecords}. Something in the session (a test, a conftest, the code under test) killed or disturbed the rank launcher; its per-rank logs are in ${resultsDir}`,
+          ),
+          trace: { ...trace, status: "records_lost" },
+        };
       }
       const events = run.launch?.events ?? [];
       const tests = orderForReport(run.cases.map(toTestResult));
