@@ -204,7 +204,11 @@ describe("applyPatch (real git, real patch)", () => {
     // The post-PR module is installed under a random name; the map says which.
     const [installed] = Object.entries(install.staged.map.files).find(([, f]) => f.real === "tests/test_ops.py")!;
     expect(existsSync(join(w.repoDir, "tests/test_ops.py"))).toBe(false);
-    expect(readFileSync(join(w.repoDir, installed), "utf8").split("\n")).toHaveLength(readFileSync(join(task.hidden.testsDir, "tests/test_ops.py"), "utf8").split("\n").length);
+    // Renamed on the same lines (twin canaries, when drawn here, come after the last one).
+    const original = readFileSync(join(task.hidden.testsDir, "tests/test_ops.py"), "utf8").split("\n");
+    const renamed = readFileSync(join(w.repoDir, installed), "utf8").split("\n");
+    expect(renamed.length).toBeGreaterThanOrEqual(original.length);
+    expect(renamed.slice(0, original.length).map((l) => l.replace(/test_[a-z]{10}/g, "T"))).toEqual(original.map((l) => l.replace(/test_[a-z_]+/g, "T")));
     expect(readFileSync(join(w.repoDir, "tests/conftest.py"), "utf8")).toBe(readFileSync(join(task.hidden.testsDir, "tests/conftest.py"), "utf8"));
     expect(readFileSync(join(w.repoDir, install.staged.probeDir, "conftest.py"), "utf8")).toBe(readFileSync(join(task.hidden.probesDir, "conftest.py"), "utf8"));
     // The staged copy (what the sandbox binds read-only) is the same tree, outside the repo.
@@ -242,7 +246,7 @@ describe("bundled tasks (no ranks)", () => {
         // Official tests first, without the probes' folder; then the probes' folder.
         expect(plans.every((p) => p.name === "all" && p.pytestArgs.slice(0, 3).join(" ") === `tests --ignore=${staged.probeDir} ${staged.probeDir}`)).toBe(true);
         expect(staged.probeDir).toMatch(/^tests\/[a-z]{8}$/);
-        expect(plans.every((p) => p.canaries.length === 8)).toBe(true);
+        expect(plans.every((p) => p.canaries.filter((c) => c.expected !== "not_passed").length === 8 && p.canaries.filter((c) => c.expected === "not_passed").length <= 4)).toBe(true);
         // Case ids carry the mode only when there is more than one.
         expect(plans.map((p) => p.idPrefix)).toEqual(modes.length > 1 ? modes.map((m) => `${m}/`) : [""]);
         expect(planSessions(t, w.repoDir, staged, { combine: false }).map((p) => `${p.mode}.${p.name}`)).toEqual(modes.flatMap((m) => [`${m}.official`, `${m}.probe`]));

@@ -209,7 +209,8 @@ import os
 def test_plants_links():
     out = os.environ["INFRADEV_OUT_DIR"]
     r = os.environ["RANK"]
-    for name in ("launch.json", f"rank{r}.xml", f"rank{r}.probe.json", f"rank{r}.session0.pytest.xml", f"rank{r}.xml.tmp",
+    # Every session's pytest XML name: under load the launcher may have restarted the ranks once already.
+    for name in ("launch.json", f"rank{r}.xml", f"rank{r}.probe.json", *(f"rank{r}.session{s}.pytest.xml" for s in range(4)), f"rank{r}.xml.tmp",
                  "launch.json.tmp-000000000001", f"rank{r}.collected.json.tmp-000000000001"):
         path = os.path.join(out, name)
         if os.path.lexists(path):
