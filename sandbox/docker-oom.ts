@@ -90,3 +90,38 @@ export class OomWatch {
     this.stream = undefined;
   }
 }
+
+/** Where the engine put a container's pids cgroup on the host (v1, v2): its `pids.events` counts refused forks. */
+function hostPidsEventsFile(id: string): string | undefined {
+  const candidates = [
+    `/sys/fs/cgroup/pids/docker/${id}/pids.events`,
+    `/sys/fs/cgroup/pids/system.slice/docker-${id}.scope/pids.events`,
+    `/sys/fs/cgroup/system.slice/docker-${id}.scope/pids.events`,
+    `/sys/fs/cgroup/docker/${id}/pids.events`,
+  ];
+  return candidates.find((f) => existsSync(f));
+}
+
+/**
+ * Whether an exec ran into the container's process limit: the pids cgroup's `max` counter (forks
+ * refused at the limit) read on the host before and after the exec. Only where the engine runs on
+ * this host; elsewhere it says nothing (never a false "hit").
+ */
+export class PidsWatch {
+  private readonly file: string | undefined;
+
+  constructor(container: Docker.Container) {
+    this.file = hostPidsEventsFile(container.id);
+  }
+
+  /** The counter now (null when it cannot be read). */
+  read(): number | null {
+    if (!this.file) return null;
+    try {
+      const m = /^max (\d+)$/m.exec(readFileSync(this.file, "utf8"));
+      return m ? Number(m[1]) : null;
+    } catch {
+      return null;
+    }
+  }
+}

@@ -8,7 +8,7 @@ import type Docker from "dockerode";
 import type { Logger } from "../lib/logger.js";
 import { PathOutsideRootError, isPathInside, resolveInside } from "../lib/path-validation.js";
 import { execInContainer, type GroupSignal } from "./docker-exec.js";
-import type { OomWatch } from "./docker-oom.js";
+import { PidsWatch, type OomWatch } from "./docker-oom.js";
 import { CONTAINER_LOG_DIR, CONTAINER_PYTHON_HELPERS, CONTAINER_WORKSPACE } from "./docker-spec.js";
 import { releaseLogDir, type HostLogDir } from "./log-dir.js";
 import { effectiveTimeoutSec, execResultFrom, logFooterLines, logHeaderLines } from "./exec-common.js";
@@ -43,6 +43,8 @@ export class DockerSandbox implements Sandbox {
   readonly container: Docker.Container;
   readonly containerName: string;
   private readonly running = new Map<AbortController, Promise<unknown>>();
+  /** The container's pids cgroup counter of refused forks (host side, when the engine runs here). */
+  private readonly pids: PidsWatch;
   private closed = false;
 
   constructor(private readonly cfg: DockerSandboxConfig) {
@@ -52,6 +54,7 @@ export class DockerSandbox implements Sandbox {
     this.docker = cfg.docker;
     this.container = cfg.container;
     this.containerName = cfg.containerName;
+    this.pids = new PidsWatch(cfg.container);
   }
 
   get containerId(): string {
@@ -78,6 +81,7 @@ export class DockerSandbox implements Sandbox {
     );
     const closer = new AbortController();
     const signal = opts.signal ? AbortSignal.any([opts.signal, closer.signal]) : closer.signal;
+    const pidsBefore = this.pids.read();
     const pending = execInContainer(this.container, this.docker, {
       argv,
       workdir,
@@ -95,6 +99,11 @@ export class DockerSandbox implements Sandbox {
 
     const footer = logFooterLines(outcome, outcome.harnessError);
     if (outcome.oomKilled) footer.push("killed by the container's memory limit (OOM)");
+    const pidsAfter = this.pids.read();
+    // Counted for the whole container: an exec running beside this one may have hit it (said as such).
+    const pidsLimitHit = pidsBefore !== null && pidsAfter !== null && pidsAfter > pidsBefore;
+    const pidsLine = `process limit reached: the container refused ${pidsAfter! - pidsBefore!} fork(s) during this command (--pids-limit)`;
+    if (pidsLimitHit) footer.push(pidsLine);
     const captured = await capture.finish(footer);
     if (outcome.timedOut || outcome.oomKilled || outcome.harnessError) {
       this.cfg.logger.warn(
@@ -105,6 +114,10 @@ export class DockerSandbox implements Sandbox {
     const sandboxLogPath = captured.logPath ? posix.join(CONTAINER_LOG_DIR, basename(captured.logPath)) : undefined;
     const result = execResultFrom(outcome, captured, { isolated: true, sandboxLogPath, harnessError: outcome.harnessError });
     if (outcome.oomKilled) result.oomKilled = true;
+    if (pidsLimitHit) {
+      result.pidsLimitHit = true;
+      result.warning = result.warning ? `${result.warning}; ${pidsLine}` : pidsLine;
+    }
     return result;
   }
 
