@@ -142,6 +142,13 @@ const num = (lo: number, hi: number) => (rnd(lo * 100, hi * 100) / 100).toFixed(
 export const CANARY_STYLES = ["assert_close", "torch_equal", "allclose", "isclose", "approx", "int_eq", "calls", "bytes", "raises"] as const;
 export type CanaryStyle = (typeof CANARY_STYLES)[number];
 
+/**
+ * The must-pass canaries: a submission gains nothing by making a passing check fail, except where a
+ * check it silenced would read as "nothing happened" (counters that count nothing, a no-op
+ * comparison): those styles get a must-pass twin. Fewer canaries, less time per grade.
+ */
+export const MUST_PASS_STYLES: readonly CanaryStyle[] = ["calls", "bytes", "assert_close", "int_eq"];
+
 /** One canary's body in one assertion style, with constants drawn now; must-fail ones are off by a little. */
 export function canaryBody(style: CanaryStyle, mustPass: boolean): string {
   const off = () => (mustPass ? "" : ` + ${num(1, 9)}`);
@@ -234,12 +241,15 @@ def _device():
 `;
 
 /**
- * Fresh canary modules for one location: every assertion style once as must-pass and once as
- * must-fail, shuffled over `files` modules, with constants drawn now (their source differs every
+ * Fresh canary modules for one location: every assertion style once as must-fail, and the styles of
+ * MUST_PASS_STYLES once as must-pass, shuffled over `files` modules, with constants drawn now (their source differs every
  * grade). Real names say what they expect (`test_pass_N` / `test_fail_N`); installed names are random.
  */
 export function canaryModules(files = 2): Record<string, string> {
-  const tests = CANARY_STYLES.flatMap((style) => [true, false].map((pass) => ({ style, pass })));
+  const tests = [
+    ...CANARY_STYLES.map((style) => ({ style, pass: false })),
+    ...MUST_PASS_STYLES.map((style) => ({ style, pass: true })),
+  ];
   for (let i = tests.length - 1; i > 0; i--) {
     const j = randomInt(i + 1);
     [tests[i], tests[j]] = [tests[j]!, tests[i]!];

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { graderSandboxFactory } from "../cli/grade.js";
 import { calibrate } from "../grader/calibrate.js";
-import { CANARY_STYLES } from "../grader/install.js";
+import { CANARY_STYLES, MUST_PASS_STYLES } from "../grader/install.js";
 import { gradeSubmission, type GradeMeta } from "../grader/grade.js";
 import type { SandboxFactory } from "../grader/pipeline.js";
 import type { Calibration, GradeResult, SessionResult } from "../grader/types.js";
@@ -64,7 +64,7 @@ describe("tamper verdict on real ranks", () => {
       for (const s of all) expect(s.tamper_evidence).toEqual([]);
       const canaries = all.flatMap((s) => s.canaries!);
       // One must-pass and one must-fail canary per assertion style, beside the official tests and beside the probes.
-      expect(canaries.filter((c) => c.expected === "passed")).toHaveLength(2 * CANARY_STYLES.length);
+      expect(canaries.filter((c) => c.expected === "passed")).toHaveLength(2 * MUST_PASS_STYLES.length);
       expect(canaries.filter((c) => c.expected === "failed")).toHaveLength(2 * CANARY_STYLES.length);
       // Twins (they run a real test, then fail) must not pass: failed or error.
       expect(canaries.filter((c) => c.expected === "not_passed").length).toBeGreaterThan(0);
