@@ -1,4 +1,4 @@
-import { execFile } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -499,6 +499,32 @@ describe.each(SANDBOX_BACKENDS.filter((b) => b !== "none"))("hostile submissions
       // Implements nothing: not even the official tests may be resolved.
       expect(r.official.resolved, why).toBe(false);
     }
+  }, 240_000);
+
+  it("a patch over the size limit, and one whose binary section is corrupt, are inapplicable: scored 0, nothing applied in part", async () => {
+    const big = await makePatch("oversized", { "tinyinfra/ops.py": `+${SUM}`, "tinyinfra/blob.txt": "x".repeat(5000) });
+    const env = { ...process.env, INFRADEV_MAX_PATCH_BYTES: "4000" };
+    const over = JSON.parse((await run(process.execPath, [CLI, "grade", "--task", "tiny-mean", "--tasks-dir", FIXTURES, "--patch", big, "--out", join(root, `out-${backend}`), "--calibration-dir", join(root, `cal-${backend}`), "--json", "--sandbox", backend, ...backendCliFlags(backend as "local" | "docker")], { env, maxBuffer: 64 << 20 })).stdout) as GradeResult;
+    expect(over).toMatchObject({ status: "inapplicable", score: 0, resolved: false });
+    expect(over.reason).toMatch(/over the limit of 4000 bytes/);
+    // The golden patch plus a binary file whose base85 data was damaged: git apply --3way applied
+    // the text part alone (exit 0) before; now the whole patch is refused.
+    const src = join(root, "bin-src");
+    rmSync(src, { recursive: true, force: true });
+    mkdirSync(src);
+    const git = (...a: string[]) => execFileSync("git", ["-c", "user.email=t@t", "-c", "user.name=t", ...a], { cwd: src }).toString();
+    git("init", "-q");
+    writeFileSync(join(src, "b.bin"), Buffer.from([0, 1, 2, 3]));
+    git("add", ".");
+    git("commit", "-qm", "b");
+    writeFileSync(join(src, "b.bin"), Buffer.from([0, 1, 9, 3, 7]));
+    const lines = git("diff", "--binary").replace(/^diff --git a\/b\.bin b\/b\.bin\nindex [0-9a-f]+\.\.([0-9a-f]+) 100644/, "diff --git a/tinyinfra/b.bin b/tinyinfra/b.bin\nnew file mode 100644\nindex 0000000000000000000000000000000000000000..$1").split("\n");
+    const lit = lines.findIndex((l) => l.startsWith("literal "));
+    lines[lit + 1] = `${lines[lit + 1]!.slice(0, 2)}${lines[lit + 1]![2] === "A" ? "B" : "A"}${lines[lit + 1]!.slice(3)}`;
+    const corrupt = join(root, "corrupt.patch");
+    writeFileSync(corrupt, `${readFileSync(task.hidden.goldenPatch, "utf8")}${lines.slice(0, lit + 2).join("\n")}\n\n`);
+    const r = await grade(corrupt, backend);
+    expect(r).toMatchObject({ status: "inapplicable", score: 0, resolved: false });
   }, 240_000);
 
   it("a submission cannot make the grader's host write into a folder it names (logs through a planted link, several sessions)", async () => {
