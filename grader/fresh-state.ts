@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { chmodSync, constants, cpSync, lstatSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 
@@ -50,10 +51,14 @@ export function restoreWorkspaceState(state: WorkspaceState): void {
   try {
     clearFolder(repoDir);
   } catch {
-    // A session can leave folders it made unreadable or unwritable (it runs as our uid): make every
-    // real folder ours to empty, never touching a link, then try again.
-    makeRemovable(repoDir);
-    clearFolder(repoDir);
+    // What a session can leave that rmSync cannot take: folders made unreadable or unwritable (it runs
+    // as our uid), a tree deeper than PATH_MAX. chmod -R and rm -rf walk with openat and never follow a
+    // link they meet (GNU coreutils: chmod skips links in a recursive walk; rm removes a link itself).
+    spawnSync("chmod", ["-R", "u+rwX", "--", repoDir], { stdio: "ignore" });
+    const left = readdirSync(repoDir).map((n) => join(repoDir, n));
+    if (left.length) spawnSync("rm", ["-rf", "--", ...left], { stdio: "ignore" });
+    const still = readdirSync(repoDir);
+    if (still.length) throw new Error(`grading workspace ${repoDir}: could not empty it before the next session (left: ${still.slice(0, 5).join(", ")})`);
   }
   cpSync(state.copy, repoDir, COPY);
   chmodSync(repoDir, state.rootMode);
@@ -61,15 +66,4 @@ export function restoreWorkspaceState(state: WorkspaceState): void {
 
 function clearFolder(dir: string): void {
   for (const name of readdirSync(dir)) rmSync(join(dir, name), { recursive: true, force: true });
-}
-
-function makeRemovable(dir: string): void {
-  for (const name of readdirSync(dir)) {
-    const p = join(dir, name);
-    const st = lstatSync(p);
-    if (st.isDirectory()) {
-      chmodSync(p, 0o700);
-      makeRemovable(p);
-    }
-  }
 }

@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -251,4 +252,30 @@ describe.each(SANDBOX_BACKENDS)("fresh state per session on the %s sandbox", (ba
       removeWorkspace(ws);
     }
   }, 60_000);
+});
+
+describe("restoring the post-install state (host side)", () => {
+  it("empties what rmSync alone cannot (a tree deeper than PATH_MAX, folders without permissions) and writes the same tree back", () => {
+    const root = mkdtempSync(join(tmpdir(), "infradev-fresh-state-"));
+    try {
+      const repo = join(root, "repo");
+      mkdirSync(join(repo, "pkg", "empty"), { recursive: true });
+      writeFileSync(join(repo, "pkg", "a.py"), "A = 1\n");
+      const state = captureWorkspaceState(repo, join(root, "state"));
+      // 1,500 nested folders of 4 letters: a path of ~7,500 bytes (PATH_MAX is 4,096).
+      const deep = spawnSync("python3", ["-c", "import os, sys\nos.chdir(sys.argv[1])\nfor _ in range(1500):\n    os.mkdir('dddd'); os.chdir('dddd')\nopen('f', 'w').write('x')\n", repo]);
+      expect(deep.status, String(deep.stderr)).toBe(0);
+      mkdirSync(join(repo, "locked", "in"), { recursive: true });
+      writeFileSync(join(repo, "locked", "in", "f"), "x");
+      spawnSync("chmod", ["000", join(repo, "locked", "in"), join(repo, "locked")]);
+      writeFileSync(join(repo, "pkg", "a.py"), "A = 2\n");
+      restoreWorkspaceState(state);
+      expect(readdirSync(repo).sort()).toEqual(["pkg"]);
+      expect(readdirSync(join(repo, "pkg")).sort()).toEqual(["a.py", "empty"]);
+      expect(readFileSync(join(repo, "pkg", "a.py"), "utf8")).toBe("A = 1\n");
+    } finally {
+      spawnSync("chmod", ["-R", "u+rwX", root]);
+      spawnSync("rm", ["-rf", root]);
+    }
+  });
 });
