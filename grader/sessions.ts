@@ -215,7 +215,9 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       continue;
     }
     opts.onProgress?.(`${name}: running ${plan.keyArgs.filter((a) => !a.startsWith("-")).join(" + ")} (+ ${plan.canaries.length} canaries) on ${spec.ranks} rank(s)`);
-    const outDir = `.infradev/grade/${name}`;
+    // The launcher's folder in the workspace (the code under test sees it): the same name for the
+    // official and the probe session of a mode, so it says nothing about which one is running.
+    const outDir = `.infradev/grade/${plan.mode}`;
     // The same start for every session: the workspace as installed, a sandbox nothing ran in yet.
     await opts.resetWorkspace?.();
     let sandbox: Sandbox;

@@ -53,8 +53,9 @@ const AFTER_K_CALLS = switching(["_calls = [0]", "", "", "def _later():", "    _
 
 /**
  * Right only once a marker exists that an earlier call created: in /tmp, in $HOME, in /dev/shm or in
- * the workspace (the package folder, the working directory and the repo's .git). The first call
- * looks (none there yet), then leaves markers everywhere it can.
+ * the workspace (the package folder, the working directory and the repo's .git) — or when the
+ * launcher's folder in the workspace names the probe session. The first call looks (none there
+ * yet), then leaves markers everywhere it can.
  */
 const AFTER_MARKER = switching(
   [
@@ -70,6 +71,9 @@ const AFTER_MARKER = switching(
     "",
     "def _seen():",
     "    found = any(os.path.exists(os.path.join(p, _NAME)) for p in _places())",
+    "    # Or the launcher's folder in the workspace names the probe session.",
+    "    for base, dirs, _files in os.walk(os.path.join(os.getcwd(), '.infradev')):",
+    "        found = found or any('probe' in d for d in dirs)",
     "    for p in _places():",
     "        try:",
     "            with open(os.path.join(p, _NAME), 'w') as f:",
@@ -156,7 +160,7 @@ describe.each(SANDBOX_BACKENDS)("fresh state per session on the %s sandbox", (ba
     caught(await grade(patch));
   }, 90_000);
 
-  it("a patch right only once a marker it wrote earlier exists (/tmp, $HOME, /dev/shm, the workspace): nothing carries over", async () => {
+  it("a patch right only once a marker it wrote earlier exists (/tmp, $HOME, /dev/shm, the workspace) or the launcher folder names the probes: nothing carries over, nothing tells", async () => {
     const patch = await patchWith("after-marker", AFTER_MARKER);
     expect(await oneSession(patch)).toBe("passed");
     caught(await grade(patch));
