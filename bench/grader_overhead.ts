@@ -3,7 +3,7 @@
  * against the time of the same pytest sessions launched directly with the rank launcher on an
  * already prepared workspace. Target: ratio ≤ 1.2.
  *
- *   npx tsx bench/grader_overhead.ts [--task grad-bucketing] [--patch FILE] [--sandbox local|none] [--repeat 3] [--separate-suites]
+ *   npx tsx bench/grader_overhead.ts [--task grad-bucketing] [--patch FILE] [--sandbox local|none] [--repeat 3] [--separate-suites (no effect: the suites always run apart)]
  *
  * The two are interleaved `repeat` times (the machine is shared; interleaving spreads the noise over
  * both) and the medians are compared.
@@ -42,7 +42,6 @@ const scratch = mkdtempSync(join(tmpdir(), "infradev-bench-grader-"));
 const calDir = join(scratch, "calibration");
 const factory = graderSandboxFactory(values.sandbox as SandboxKind, [scratch]);
 const spec = task.fullSpec;
-const combine = !values["separate-suites"];
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const log = (m: string) => process.stderr.write(`${m}\n`);
@@ -58,7 +57,7 @@ try {
   for (let i = 0; i < repeat; i++) {
     // 1. The grader, end to end, in a fresh results folder (nothing to reuse but the calibration).
     let t0 = performance.now();
-    const out = await gradeSubmission({ task, patchFile: patch, outDir: join(scratch, `out${i}`), calibrationDir: calDir, sandboxFactory: factory, combine });
+    const out = await gradeSubmission({ task, patchFile: patch, outDir: join(scratch, `out${i}`), calibrationDir: calDir, sandboxFactory: factory });
     gradeTimes.push((performance.now() - t0) / 1000);
     // What the grader spent outside its launcher sessions (snapshot, apply, tests in, sandbox, scoring).
     const sessionsDir = join(out.artifactDir, "sessions");
@@ -70,8 +69,8 @@ try {
     const ws = await freshWorkspace(task);
     const applied = await applyPatch(ws.repoDir, patch, ws.baseCommit);
     if (!applied.applied) throw new Error(`bench: patch does not apply: ${applied.reason}`);
-    await installGradingTests(task, ws);
-    const plans = planSessions(task, ws.repoDir, { combine });
+    const { staged } = await installGradingTests(task, ws);
+    const plans = planSessions(task, ws.repoDir, staged);
     t0 = performance.now();
     for (const [j, plan] of plans.entries()) {
       await execa(
@@ -96,7 +95,7 @@ try {
   const g = median(gradeTimes);
   const d = median(directTimes);
   process.stdout.write(
-    `${task.id}, ${values.sandbox} sandbox, ${combine ? "official + probes in one session per mode" : "separate official / probe sessions"}, ${repeat} interleaved run(s), medians: grade ${g.toFixed(2)} s vs direct launcher ${d.toFixed(2)} s → overhead ratio ${(g / d).toFixed(3)}× (target ≤ 1.2×); ` +
+    `${task.id}, ${values.sandbox} sandbox, separate official / probe sessions, ${repeat} interleaved run(s), medians: grade ${g.toFixed(2)} s vs direct launcher ${d.toFixed(2)} s → overhead ratio ${(g / d).toFixed(3)}× (target ≤ 1.2×); ` +
       `grader time outside its launcher sessions ${median(outside).toFixed(2)} s (${((median(outside) / d) * 100).toFixed(1)}% of the direct run)\n`,
   );
 } finally {

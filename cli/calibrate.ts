@@ -19,7 +19,6 @@ export function registerCalibrateCommands(program: Command): void {
       task,
       cacheDir: resolve(opts.calibrationDir),
       sandboxFactory: graderSandboxFactoryFromFlags(opts, [opts.tasksDir ?? bundledTasksDir(), opts.calibrationDir]),
-      combine: !opts.separateSuites,
       force: opts.force,
       onProgress: progressToStderr(""),
     });

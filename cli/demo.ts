@@ -23,7 +23,6 @@ export function registerDemoCommands(program: Command): void {
       outDir: resolve(opts.out),
       calibrationDir: resolve(opts.calibrationDir),
       sandboxFactory: graderSandboxFactoryFromFlags(opts, [tasksRoot, opts.out, opts.calibrationDir]),
-      combine: !opts.separateSuites,
       taskIds: opts.task,
       onProgress: progressToStderr("[demo] "),
     });

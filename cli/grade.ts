@@ -19,6 +19,7 @@ export interface GraderCliOptions extends DockerFlags {
   sandbox: SandboxKind;
   calibrationDir: string;
   tasksDir?: string;
+  /** Accepted for older scripts; does nothing (the suites always run in separate sessions). */
   separateSuites?: boolean;
   json?: boolean;
 }
@@ -34,7 +35,7 @@ export function addGraderOptions(cmd: Command): Command {
   return addDockerOptions(cmd.addOption(sandboxOption()))
     .option("--calibration-dir <dir>", "cache of gold calibrations (default from $INFRADEV_CALIBRATION_DIR, else ~/.cache/infradev/calibration)", defaultCalibrationDir())
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
-    .option("--separate-suites", "run the official tests and the probes in separate launcher sessions (default: one session per mode when their file names cannot clash)");
+    .option("--separate-suites", "no effect, kept so older scripts still run: the official tests and the probes always run in separate launcher sessions, each from the same fresh state");
 }
 
 /**
@@ -140,7 +141,6 @@ export function registerGradeCommands(program: Command): void {
       outDir: resolve(opts.out),
       calibrationDir: resolve(opts.calibrationDir),
       sandboxFactory: graderSandboxFactoryFromFlags(opts, [opts.tasksDir ?? bundledTasksDir(), opts.out, opts.calibrationDir]),
-      combine: !opts.separateSuites,
       onProgress: progressToStderr(`[grade ${task.id}] `),
     });
     const resultPath = resolve(out.artifactDir, "result.json");

@@ -15,8 +15,10 @@ import { defaultCalibrationDir } from "../lib/paths.js";
 /**
  * 2: gold graded under the same restore of pytest-affecting files and config pin as submissions.
  * 3: gold run with the staged, renamed tests and canaries (and held to the same tamper checks).
+ * 4: gold run under the same plan as submissions: separate official / probe sessions, each from
+ *    the same fresh state.
  */
-export const CALIBRATION_FORMAT = 3;
+export const CALIBRATION_FORMAT = 4;
 export const CALIBRATION_RUNS = 3;
 
 export { defaultCalibrationDir }; // lives in lib/paths.ts: the sandboxes mask it
@@ -47,7 +49,6 @@ export interface CalibrateOptions {
   runs?: number;
   /** Ignore a cached calibration and run gold again. */
   force?: boolean;
-  combine?: boolean;
   onProgress?: (msg: string) => void;
   signal?: AbortSignal;
 }
@@ -104,7 +105,7 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
       patchFile: task.hidden.goldenPatch,
       artifactDir: join(dir, `run${i}`),
       sandboxFactory: opts.sandboxFactory,
-      combine: opts.combine,
+     
       onProgress: progress,
       signal: opts.signal,
     });

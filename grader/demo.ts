@@ -64,7 +64,6 @@ export interface RunDemoOptions {
   outDir: string;
   calibrationDir?: string;
   sandboxFactory: SandboxFactory;
-  combine?: boolean;
   /** Test hook: whether the machine has a GPU (default: /dev/nvidia*). */
   hasGpu?: boolean;
   /** Only these task ids (default: every task of tasksRoot); an unknown id is an error. */
@@ -106,7 +105,7 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
       sandboxFactory: opts.sandboxFactory,
       fingerprint,
       taskHash,
-      combine: opts.combine,
+     
       onProgress: say,
     });
     say(`${id}: gold calibration ${handle.cached ? "cached" : "done"}: ${handle.calibration.cases.length} cases, ${handle.calibration.flaky.length} flaky (${handle.file})`);
@@ -122,7 +121,7 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
         calibration: handle.calibration,
         fingerprint,
         taskHash,
-        combine: opts.combine,
+       
         onProgress: (m) => say(`${tag}: ${m}`),
       });
       say(`${tag}: ${out.result.status}, Set A ${yesNo(out.result.official.resolved)}, Set B ${yesNo(out.result.with_probes.resolved)}`);

@@ -43,7 +43,6 @@ export interface GradeOptions {
   calibration?: Calibration;
   fingerprint?: HardwareFingerprint;
   taskHash?: string;
-  combine?: boolean;
   onProgress?: (msg: string) => void;
   signal?: AbortSignal;
 }
@@ -53,8 +52,10 @@ export interface GradeOptions {
  * 2: pytest-affecting files outside the test dirs restored, sessions pinned to the base's config.
  * 3: tests staged read-only under random names with canaries; `tampered`; lost records are the
  *    submission's unless a control run loses them too.
+ * 4: official tests and probes in separate sessions, each in a fresh sandbox over the same
+ *    post-install workspace (a patch cannot tell them apart by order or left-over state).
  */
-export const GRADING_RULES = 3;
+export const GRADING_RULES = 4;
 
 export interface GradeMeta {
   grading_rules: number;
@@ -122,7 +123,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   let calibration = opts.calibration;
   if (!calibration) {
     try {
-      const handle = await calibrate({ task, cacheDir: opts.calibrationDir, sandboxFactory: opts.sandboxFactory, fingerprint, taskHash, combine: opts.combine, onProgress: say, signal: opts.signal });
+      const handle = await calibrate({ task, cacheDir: opts.calibrationDir, sandboxFactory: opts.sandboxFactory, fingerprint, taskHash, onProgress: say, signal: opts.signal });
       if (!handle.cached) say(`calibrated gold (${handle.calibration.runs} runs) → ${handle.file}`);
       calibration = handle.calibration;
     } catch (e) {
@@ -153,7 +154,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
       patchFile: opts.baseAsIs ? null : join(artifactDir, "submission.patch"),
       artifactDir,
       sandboxFactory: opts.sandboxFactory,
-      combine: opts.combine,
+     
       onProgress: say,
       signal: opts.signal,
     });
