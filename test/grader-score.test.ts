@@ -163,7 +163,8 @@ describe("tampered and lost records (pure)", () => {
   it("the text summary and the demo table show a tampered run with its evidence; the demo counts it as a broken expectation", async () => {
     const { formatResult } = await import("../cli/grade.js");
     const r = scoreSubmission(goldView(cal), { task_id: "t", status: "tampered", apply_method: "git_apply", cases: [], tamper_evidence: ["e1", "e2", "e3"], reason: "tampered: 3 piece(s) of evidence" });
-    expect(formatResult(r, "/r/result.json")).toContain("t: tampered (applied with git_apply) — tampered: 3 piece(s) of evidence\n");
+    // The status is said once ("tampered — 3 piece(s)", not "tampered — tampered: 3 piece(s)").
+    expect(formatResult(r, "/r/result.json")).toContain("t: tampered (applied with git_apply) — 3 piece(s) of evidence\n");
     expect(formatResult(r, "/r/result.json")).toContain("TAMPERED — scored 0; evidence (3):\n  - e1\n  - e2\n  - e3\n");
     const report: DemoReport = { notRunnable: [], rows: [{ task: "t", kind: "golden", name: "golden", patchFile: "g", result: r, promises: {} }] };
     expect(demoTableRows(report)[0]).toEqual(["t:golden", "no", "no", "0.000", "0.000", "— (TAMPERED: e1; e2; …)", ""]);
