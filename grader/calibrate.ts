@@ -1,7 +1,6 @@
-import { rmSync } from "node:fs";
 import { join } from "node:path";
 import type { GraderTask } from "../tasks/loader.js";
-import { readJsonFile, taskContentHash, writeJsonAtomic } from "./files.js";
+import { clearArtifacts, readJsonFile, taskContentHash, writeJsonAtomic } from "./files.js";
 import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
 import { runSubmission, type SandboxFactory } from "./pipeline.js";
 import { flakyIds } from "./score.js";
@@ -97,8 +96,8 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
   if (!opts.force && cached && cached.format === CALIBRATION_FORMAT && cached.task_hash === taskHash && cached.runs === runs) {
     return { calibration: cached, file, cached: true };
   }
-  // --force: gold really runs again; the per-run session files (resume points) go with the cache entry.
-  if (opts.force) rmSync(dir, { recursive: true, force: true });
+  // --force: gold really runs again; the cache entry and the per-run session files (resume points) go (clearArtifacts).
+  if (opts.force) clearArtifacts(dir);
   const started = Date.now();
   const perRun: CaseRecord[][] = [];
   for (let i = 1; i <= runs; i++) {

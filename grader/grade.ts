@@ -1,8 +1,8 @@
-import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import type { GraderTask } from "../tasks/loader.js";
 import { HarnessFault, calibrate } from "./calibrate.js";
-import { readJsonFile, sha256, taskContentHash, writeJsonAtomic } from "./files.js";
+import { clearArtifacts, readJsonFile, sha256, taskContentHash, writeJsonAtomic } from "./files.js";
 import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
 import { runControl, runSubmission, type SandboxFactory } from "./pipeline.js";
 import { goldView, scoreSubmission, type SubmissionOutcome } from "./score.js";
@@ -119,7 +119,9 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   const fingerprint = opts.fingerprint ?? opts.calibration?.fingerprint ?? (await hardwareFingerprint(task, opts.sandboxFactory));
   const fpHash = fingerprintHash(fingerprint);
 
-  if (opts.force) rmSync(artifactDir, { recursive: true, force: true });
+  // --force: nothing of an earlier grade is reused (result, sessions, logs); workspace.path stays so
+  // that the next workspace build still removes a killed run's temp workspace.
+  if (opts.force) clearArtifacts(artifactDir);
   const previous = readJsonFile<GradeResult>(join(artifactDir, "result.json"));
   const previousMeta = readJsonFile<GradeMeta>(join(artifactDir, "meta.json"));
   if (previous && previousMeta && previousMeta.grading_rules === GRADING_RULES && previousMeta.task_hash === taskHash && previousMeta.fingerprint_hash === fpHash && previous.status !== "harness_fault") {
