@@ -14,7 +14,7 @@ export function registerDemoCommands(program: Command): void {
     .option("--task <id>", "only this task (repeatable; default: every task; one this machine cannot run is refused, exit 2)", (v: string, prev: string[] = []) => [...prev, v])
     .option("--json", "print an array of { submission, result } on stdout");
   addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task?: string[] }) => {
-    const { DEMO_LEGEND, demoExpectationFailures, demoJson, demoTable, runDemo } = await import("../grader/demo.js");
+    const { DEMO_LEGEND, DEMO_WIDTH, demoExpectationFailures, demoJson, demoTable, runDemo, wrapText } = await import("../grader/demo.js");
     const tasksRoot = opts.tasksDir ?? bundledTasksDir();
     const started = Date.now();
     const report = await runDemo({
@@ -33,11 +33,14 @@ export function registerDemoCommands(program: Command): void {
     if (opts.json) {
       process.stdout.write(`${JSON.stringify(demoJson(report), null, 2)}\n`);
     } else {
+      const wrap = (text: string, indent = "") => wrapText(text, DEMO_WIDTH, indent);
       const lines = [
         demoTable(report),
         "",
-        DEMO_LEGEND,
-        failures.length ? `EXPECTATIONS NOT MET:\n${failures.map((f) => `  - ${f}`).join("\n")}` : "expectations met: golden resolved in A and B; every adversarial patch resolved in A, not in B; hollow and empty not resolved; the base not resolved in B; empty scores 0.",
+        ...wrap(DEMO_LEGEND),
+        ...(failures.length
+          ? ["EXPECTATIONS NOT MET:", ...failures.flatMap((f) => wrap(`- ${f}`, "  ").map((l, i) => (i ? `  ${l}` : l)))]
+          : wrap("expectations met: golden resolved in A and B; every adversarial patch resolved in A, not in B; hollow and empty not resolved; the base not resolved in B; empty scores 0.")),
         `results under ${resolve(opts.out)} (${((Date.now() - started) / 1000).toFixed(0)} s)`,
       ];
       process.stdout.write(`${lines.join("\n")}\n`);

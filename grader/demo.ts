@@ -206,12 +206,10 @@ export function demoTableRows(report: DemoReport): string[][] {
 /** The demo table's width: every line of demoTable fits it. */
 export const DEMO_WIDTH = 100;
 
-export const DEMO_LEGEND = [
-  "Set A = official post-PR tests; Set B = official tests + hidden probes. resolved = paper rule (passed ≥ gold's);",
-  "(strict …) shown where the strict rule differs. labels: failure labels of the cases gold passes and this",
-  "submission does not (or why nothing was scored); caught: per promise an adversarial patch declares to break,",
-  "the labels of its failing probes.",
-].join("\n");
+export const DEMO_LEGEND =
+  "Set A = official post-PR tests; Set B = official tests + hidden probes. resolved = paper rule (passed ≥ gold's); " +
+  "(strict …) shown where the strict rule differs. labels: failure labels of the cases gold passes and this submission " +
+  "does not (or why nothing was scored); caught: per promise an adversarial patch declares to break, the labels of its failing probes.";
 
 /** `text` cut at spaces into lines of at most `width` (a word longer than that is cut), each after `indent`. */
 export function wrapText(text: string, width: number, indent: string): string[] {
