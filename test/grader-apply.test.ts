@@ -8,6 +8,7 @@ import { applyPatch, changedPaths } from "../grader/apply.js";
 import { gradeSubmission } from "../grader/grade.js";
 import { checkPatch } from "../grader/patch-check.js";
 import type { Calibration } from "../grader/types.js";
+import { CANARY_STYLES } from "../grader/install.js";
 import { freshWorkspace, installGradingTests, removeWorkspace, type GradingWorkspace } from "../grader/workspace.js";
 import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
 import { planSessions } from "../grader/sessions.js";
@@ -248,7 +249,7 @@ describe("bundled tasks (no ranks)", () => {
           expect(p.pytestArgs.slice(0, p.name === "official" ? 2 : 1).join(" ")).toBe(p.name === "official" ? `tests --ignore=${staged.probeDir}` : staged.probeDir);
           expect(p.pytestArgs.slice(p.name === "official" ? 2 : 1).some((a) => !a.startsWith("-") && a.startsWith("tests"))).toBe(false);
           // Each session carries the canaries that live beside what it runs (and at most 2 twins there).
-          expect(p.canaries.filter((c) => c.expected !== "not_passed").length).toBe(4);
+          expect(p.canaries.filter((c) => c.expected !== "not_passed").length).toBe(2 * CANARY_STYLES.length);
           expect(p.canaries.filter((c) => c.expected === "not_passed").length).toBeLessThanOrEqual(2);
           expect(p.canaries.every((c) => c.location === p.name)).toBe(true);
         }

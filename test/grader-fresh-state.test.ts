@@ -8,7 +8,7 @@ import { applyPatch } from "../grader/apply.js";
 import { calibrate } from "../grader/calibrate.js";
 import { captureWorkspaceState, restoreWorkspaceState } from "../grader/fresh-state.js";
 import { gradeSubmission } from "../grader/grade.js";
-import { mapCaseId } from "../grader/install.js";
+import { CANARY_STYLES, mapCaseId } from "../grader/install.js";
 import type { SandboxFactory } from "../grader/pipeline.js";
 import type { Calibration, GradeResult, SessionResult } from "../grader/types.js";
 import { freshWorkspace, installGradingTests, pytestPinFor, removeWorkspace } from "../grader/workspace.js";
@@ -176,7 +176,7 @@ describe.each(SANDBOX_BACKENDS)("fresh state per session on the %s sandbox", (ba
     ] as const) {
       expect(s.tamper_evidence).toEqual([]);
       const plain = s.canaries!.filter((c) => c.expected !== "not_passed");
-      expect(plain.length).toBe(4);
+      expect(plain.length).toBe(2 * CANARY_STYLES.length); // one must-pass and one must-fail per assertion style
       for (const c of plain) {
         expect(c.id.startsWith(`infradev_canaries/${where}/`), c.id).toBe(true);
         expect(c.ranks, c.id).toEqual([c.expected, c.expected]);

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { graderSandboxFactory } from "../cli/grade.js";
 import { calibrate } from "../grader/calibrate.js";
+import { CANARY_STYLES } from "../grader/install.js";
 import { gradeSubmission, type GradeMeta } from "../grader/grade.js";
 import type { SandboxFactory } from "../grader/pipeline.js";
 import type { Calibration, GradeResult, SessionResult } from "../grader/types.js";
@@ -62,8 +63,9 @@ describe("tamper verdict on real ranks", () => {
       expect(all.map((s) => `${s.mode}.${s.session}`).sort()).toEqual(["cpu.official", "cpu.probe"]);
       for (const s of all) expect(s.tamper_evidence).toEqual([]);
       const canaries = all.flatMap((s) => s.canaries!);
-      expect(canaries.filter((c) => c.expected === "passed")).toHaveLength(4);
-      expect(canaries.filter((c) => c.expected === "failed")).toHaveLength(4);
+      // One must-pass and one must-fail canary per assertion style, beside the official tests and beside the probes.
+      expect(canaries.filter((c) => c.expected === "passed")).toHaveLength(2 * CANARY_STYLES.length);
+      expect(canaries.filter((c) => c.expected === "failed")).toHaveLength(2 * CANARY_STYLES.length);
       // Twins (they run a real test, then fail) must not pass: failed or error.
       expect(canaries.filter((c) => c.expected === "not_passed").length).toBeGreaterThan(0);
       for (const c of canaries) {
@@ -104,7 +106,7 @@ describe("tamper verdict on real ranks", () => {
     // Without the canaries this would be resolved: every record reads as a pass.
     for (const s of sessions(out.artifactDir)) expect(s.cases.every((c) => c.outcome === "passed" || c.outcome === "skipped")).toBe(true);
     expect(out.result.tamper_evidence).toEqual(expect.arrayContaining([expect.stringMatching(/^cpu\.(official|probe): canary infradev_canaries\/(official|probe)\/test_c\d\.py::test_fail_\d+ must fail but is passed on rank [01]$/)]));
-    expect(out.result.tamper_evidence.filter((e) => /must fail but is passed/.test(e))).toHaveLength(8); // 4 must-fail canaries × 2 ranks
+    expect(out.result.tamper_evidence.filter((e) => /must fail but is passed/.test(e))).toHaveLength(2 * CANARY_STYLES.length * 2); // the must-fail canaries of both locations × 2 ranks
     expect(out.result.tamper_evidence.some((e) => /test_pass_/.test(e))).toBe(false);
   }, 60_000);
 
