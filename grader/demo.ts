@@ -219,13 +219,19 @@ export function wrapText(text: string, width: number, indent: string): string[] 
   for (const word of text.split(/ +/)) {
     let w = word;
     while (w.length > room) {
-      if (line) out.push(line), (line = "");
+      if (line) out.push(line);
+      line = "";
       out.push(w.slice(0, room));
       w = w.slice(room);
     }
-    if (!line) line = w;
-    else if (line.length + 1 + w.length <= room) line += ` ${w}`;
-    else out.push(line), (line = w);
+    if (!line) {
+      line = w;
+    } else if (line.length + 1 + w.length <= room) {
+      line += ` ${w}`;
+    } else {
+      out.push(line);
+      line = w;
+    }
   }
   if (line) out.push(line);
   return out.map((l) => `${indent}${l}`);
