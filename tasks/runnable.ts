@@ -53,13 +53,13 @@ export class NotRunnableError extends UsageError {
     readonly reason: string,
     command: string,
   ) {
-    super(`${command}: task ${taskId} cannot run on this machine: ${reason}; nothing was run or cached (${SKIP_RUNNABLE_FLAG} runs it anyway, for experts)`);
+    super(`${command ? `${command}: ` : ""}task ${taskId} cannot run on this machine: ${reason}; nothing was run or cached (${SKIP_RUNNABLE_FLAG} runs it anyway, for experts)`);
     this.name = "NotRunnableError";
   }
 }
 
 export interface RequireRunnableOptions extends RunnableProbe {
-  /** The command's name, for the message (`grade`, `calibrate`, `demo`, `serve`). */
+  /** The command's name, for the message (`grade`, `calibrate`, `demo`, `serve`); "" for none (a caller that prefixes it itself). */
   command: string;
   /** SKIP_RUNNABLE_FLAG was given: warn loudly instead of refusing. */
   skipCheck?: boolean;
