@@ -78,7 +78,7 @@ export function requireRunnableHere(task: { id: string; spec: Pick<PublicSpec, "
   const reason = r.reason ?? "not runnable here";
   if (!opts.skipCheck) throw new NotRunnableError(task.id, reason, opts.command);
   (opts.warn ?? ((l: string) => process.stderr.write(`${l}\n`)))(
-    `infradev ${opts.command}: WARNING: ${SKIP_RUNNABLE_FLAG}: task ${task.id} cannot run on this machine (${reason}), running it ANYWAY: ` +
+    `infradev${opts.command ? ` ${opts.command}` : ""}: WARNING: ${SKIP_RUNNABLE_FLAG}: task ${task.id} cannot run on this machine (${reason}), running it ANYWAY: ` +
       "tests that need what is missing fail or error, gold's calibration and every score describe this machine, not the task",
   );
 }
