@@ -48,7 +48,7 @@ const log = (m: string) => process.stderr.write(`${m}\n`);
 
 try {
   log(`calibrating ${task.id} (not timed)...`);
-  const fingerprint = await hardwareFingerprint(spec.env.python);
+  const fingerprint = await hardwareFingerprint(task, factory);
   await calibrate({ task, cacheDir: calDir, sandboxFactory: factory, fingerprint, taskHash: taskContentHash(task.taskDir) });
 
   const gradeTimes: number[] = [];

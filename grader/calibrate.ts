@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import type { GraderTask } from "../tasks/loader.js";
-import { readJsonFile, taskContentHash, writeJsonAtomic } from "./files.js";
+import { clearArtifacts, readJsonFile, taskContentHash, writeJsonAtomic } from "./files.js";
 import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
 import { runSubmission, type SandboxFactory } from "./pipeline.js";
 import { flakyIds } from "./score.js";
@@ -9,7 +9,8 @@ import { defaultCalibrationDir } from "../lib/paths.js";
 
 /**
  * Gold's calibration: the golden patch run `runs` times (3) on this machine, cached by task content
- * hash + hardware fingerprint. Each run keeps its session files, so a killed calibration resumes.
+ * hash + hardware fingerprint (taken in the grader's sandbox: fingerprint.ts). Each run keeps its
+ * session files, so a killed calibration resumes; `force` removes them first.
  */
 
 /**
@@ -47,7 +48,7 @@ export interface CalibrateOptions {
   fingerprint?: HardwareFingerprint;
   taskHash?: string;
   runs?: number;
-  /** Ignore a cached calibration and run gold again. */
+  /** Ignore a cached calibration and its runs' session files: gold runs again from scratch. */
   force?: boolean;
   onProgress?: (msg: string) => void;
   signal?: AbortSignal;
@@ -88,13 +89,15 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
   const { task } = opts;
   const runs = opts.runs ?? CALIBRATION_RUNS;
   const taskHash = opts.taskHash ?? taskContentHash(task.taskDir);
-  const fingerprint = opts.fingerprint ?? (await hardwareFingerprint(task.fullSpec.env.python));
+  const fingerprint = opts.fingerprint ?? (await hardwareFingerprint(task, opts.sandboxFactory));
   const dir = calibrationDirFor(opts.cacheDir ?? defaultCalibrationDir(), task, taskHash, fingerprint);
   const file = join(dir, "calibration.json");
   const cached = readJsonFile<Calibration>(file);
   if (!opts.force && cached && cached.format === CALIBRATION_FORMAT && cached.task_hash === taskHash && cached.runs === runs) {
     return { calibration: cached, file, cached: true };
   }
+  // --force: gold really runs again; the cache entry and the per-run session files (resume points) go (clearArtifacts).
+  if (opts.force) clearArtifacts(dir);
   const started = Date.now();
   const perRun: CaseRecord[][] = [];
   for (let i = 1; i <= runs; i++) {

@@ -41,6 +41,8 @@ export interface SessionPlan {
   pytestArgs: string[];
   /** The same arguments with this run's random names replaced by stable ones (for the session key). */
   keyArgs: string[];
+  /** The test paths among them, with stable names (progress lines; never an option's value such as -c's file). */
+  testPaths: string[];
   env: Record<string, string>;
   /** Prefix of case ids: `<mode>/` when the task has more than one mode. */
   idPrefix: string;
@@ -67,8 +69,17 @@ export function planSessions(task: GraderTask, repoDir: string, layout: SessionL
   return modes.flatMap((mode): SessionPlan[] => {
     const env = { ...spec.env.vars, ...spec.modes[mode] };
     const idPrefix = modes.length > 1 ? `${mode}/` : "";
-    const plan = (name: SessionPlan["name"], args: string[], canaries: Canary[]): SessionPlan => ({ mode, name, pytestArgs: [...args, ...common], keyArgs: stable([...args, ...common]), env, idPrefix, canaries });
-    return [...(official.length ? [plan("official", [...official, `--ignore=${probes}`], only("official"))] : []), plan("probe", [probes], only("probe"))];
+    const plan = (name: SessionPlan["name"], paths: string[], options: string[], canaries: Canary[]): SessionPlan => ({
+      mode,
+      name,
+      pytestArgs: [...paths, ...options, ...common],
+      keyArgs: stable([...paths, ...options, ...common]),
+      testPaths: stable(paths),
+      env,
+      idPrefix,
+      canaries,
+    });
+    return [...(official.length ? [plan("official", official, [`--ignore=${probes}`], only("official"))] : []), plan("probe", [probes], [], only("probe"))];
   });
 }
 
@@ -214,7 +225,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       reused.push(name);
       continue;
     }
-    opts.onProgress?.(`${name}: running ${plan.keyArgs.filter((a) => !a.startsWith("-")).join(" + ")} (+ ${plan.canaries.length} canaries) on ${spec.ranks} rank(s)`);
+    opts.onProgress?.(`${name}: running ${plan.testPaths.join(" + ")} (+ ${plan.canaries.length} canaries) on ${spec.ranks} rank(s)`);
     // The launcher's folder in the workspace (the code under test sees it): the same name for the
     // official and the probe session of a mode, so it says nothing about which one is running.
     const outDir = `.infradev/grade/${plan.mode}`;

@@ -269,7 +269,7 @@ describe("inapplicable submissions score 0 / N_p with the reason", () => {
     format: 1,
     task_id: "tiny-mean",
     task_hash: "h",
-    fingerprint: { cpu_model: "test", cpu_count: 1, gpus: [], torch: "x", platform: "linux" },
+    fingerprint: { cpu_model: "test", cpu_count: 1, gpus: [], torch: "x", platform: "linux", sandbox: "none", python: "x" },
     fingerprint_hash: "f",
     runs: 3,
     cases: [
