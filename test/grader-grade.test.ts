@@ -160,6 +160,12 @@ describe.each(SANDBOX_BACKENDS)("grader on the %s sandbox", (backend) => {
       const deadline = Date.now() + 120_000;
       while (!existsSync(join(sessions, "cpu.official.json")) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
       expect(existsSync(join(sessions, "cpu.official.json")), log1).toBe(true);
+      if (backend === "docker") {
+        // Each session has a container of its own: wait for the probe session's before the kill, so
+        // that the killed grader leaves one behind.
+        const mine = async () => (await new Docker().listContainers({ filters: { label: ["infradev.kind=grader"] } })).filter((c) => c.Labels["infradev.session"]?.startsWith(`grade-${task.id}-`));
+        for (let i = 0; i < 300 && (await mine()).length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+      }
       process.kill(-first.pid!, "SIGKILL");
       await exited;
       if (backend === "docker") {
