@@ -5,7 +5,8 @@
  * and the backend's defaults apply.
  */
 import { InvalidArgumentError, Option, type Command } from "commander";
-import { parseGpus, type DockerRequestOptions, type GpuRequest } from "../sandbox/docker.js";
+import type { DockerRequestOptions } from "../sandbox/docker.js";
+import { parseGpus, type GpuRequest } from "../sandbox/docker-spec.js";
 
 /** What the flags can set on a docker sandbox. */
 export type DockerCliOptions = Pick<DockerRequestOptions, "image" | "gpus" | "memoryMb" | "pidsLimit" | "cpus" | "shmSizeMb" | "network" | "hostSystemMounts">;
