@@ -9,7 +9,7 @@ import type { Logger } from "../lib/logger.js";
 import { createServer } from "./create-server.js";
 import { SessionEventStore, type EventStoreLimits } from "./event-store.js";
 import { InFlightToolCalls } from "./in-flight.js";
-import { startSession, type Session, type SessionOptions } from "./session.js";
+import { startSession, type Session, type SessionOptions, type StartedSession } from "./session.js";
 
 /** The one MCP endpoint. */
 export const MCP_PATH = "/mcp";
@@ -255,8 +255,8 @@ export async function serveHttp(opts: ServeHttpOptions): Promise<void> {
   delete process.env[TOKEN_ENV];
   if (source.kind === "file" && (statSync(source.path).mode & 0o077) !== 0) log.warn({ file: source.path }, "the token file is readable by other users; chmod 600 it");
 
-  // Listen first: a taken port fails before a workspace is made. Requests wait for the session.
-  const started = startSession(opts);
+  // Listen first: a taken port fails before a run is made. Requests wait for the session.
+  let started: StartedSession | null = null;
   const tokenHint = () => {
     const runDir = built?.session.runDir;
     return source.kind === "generated" ? (runDir ? join(runDir, TOKEN_FILE_NAME) : `runs/<run-id>/${TOKEN_FILE_NAME}`) : source.kind === "env" ? `$${TOKEN_ENV}` : source.path;
@@ -266,7 +266,10 @@ export async function serveHttp(opts: ServeHttpOptions): Promise<void> {
     host: opts.host,
     port: opts.port,
     token,
-    createMcpServer: () => createServer(started.deps, { sandboxKind: opts.sandboxKind }),
+    createMcpServer: () => {
+      if (!started) throw new Error("the session is not started yet");
+      return createServer(started.deps, { sandboxKind: opts.sandboxKind });
+    },
     logger: log,
     get tokenHint() {
       return `the token is in ${tokenHint()} on the server's host`;
@@ -275,6 +278,7 @@ export async function serveHttp(opts: ServeHttpOptions): Promise<void> {
   });
   let session: Session;
   try {
+    started = startSession(opts);
     session = built = await started.ready;
   } catch (e) {
     await http.close();

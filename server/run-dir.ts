@@ -122,6 +122,8 @@ export interface OpenRunOptions {
   /** Reopen this run instead of creating a new one. */
   resume?: string;
   now?: Date;
+  /** A new run's folder made already (reserveRun): `serve` names the run before it answers `initialize`. */
+  reserved?: RunPaths;
   /** The task's folder, recorded in a new run's session.json (`serve --resume` without `--task` reads it). */
   taskDir?: string;
   /** Long steps of creating the workspace (a first clone of a git source). */
@@ -144,6 +146,13 @@ export function resumedTaskRef(runsDir: string, runId: string): string {
   return state.task_id;
 }
 
+/** Picks a new run id and makes its (empty) folder, synchronously; openRun({ reserved }) fills it. */
+export function reserveRun(taskId: string, runsDir: string, now?: Date): RunPaths {
+  const paths = runPaths(runsDir, newRunId(taskId, now));
+  mkdirSync(paths.runDir, { recursive: true });
+  return paths;
+}
+
 /** Creates runs/<new-id>/ with the workspace at base, or reopens runs/<resume>/ as it was left. */
 export async function openRun(opts: OpenRunOptions): Promise<{ session: RunDirSession; resumed: boolean }> {
   if (opts.resume !== undefined) {
@@ -161,8 +170,7 @@ export async function openRun(opts: OpenRunOptions): Promise<{ session: RunDirSe
     writeJsonAtomic(paths.sessionFile, resumed);
     return { session: new RunDirSession(paths, resumed), resumed: true };
   }
-  const paths = runPaths(opts.runsDir, newRunId(opts.task.id, opts.now));
-  mkdirSync(paths.runDir, { recursive: true });
+  const paths = opts.reserved ?? reserveRun(opts.task.id, opts.runsDir, opts.now);
   // Imported here (git client): `serve` answers `initialize` before it builds the run.
   const { createSnapshot } = await import("../tasks/snapshot.js");
   const snap = await createSnapshot(opts.task, paths.workspaceDir, { onProgress: opts.onProgress });

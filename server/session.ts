@@ -6,7 +6,7 @@ import { loadPublicTask, resolveTaskDir, type PublicTask } from "../tasks/loader
 import type { ToolDeps } from "../tools/index.js";
 import type { Skill } from "../tools/support/deps.js";
 import { workspaceDiff } from "../tools/support/workspace-diff.js";
-import { openRun, resumedTaskRef, type RunDirSession } from "./run-dir.js";
+import { openRun, reserveRun, resumedTaskRef, type RunDirSession, type RunPaths } from "./run-dir.js";
 import { loadSkill } from "./skill.js";
 import { JsonlTrace } from "./trace.js";
 
@@ -94,8 +94,10 @@ export function startSession(opts: SessionOptions): StartedSession {
   if (taskRef === undefined) throw new Error("serve: --task is required (or --resume <run-id>, whose run names its task)");
   const task = loadPublicTask(taskRef, opts.tasksRoot);
   const skill = loadSkill();
+  // The run's folder exists before anything is served (whoever watches the runs folder sees it at once).
+  const reserved = opts.resume === undefined ? reserveRun(task.id, opts.runsDir) : undefined;
   let built: Session | null = null;
-  const ready = new Promise<void>((res) => setImmediate(res)).then(() => buildSession({ ...opts, taskId: taskRef }, task, skill));
+  const ready = new Promise<void>((res) => setImmediate(res)).then(() => buildSession({ ...opts, taskId: taskRef }, task, skill, reserved));
   ready.then((s) => (built = s)).catch(() => undefined); // the owner reports a failure; never an unhandled rejection
   const need = (): ToolDeps => {
     if (!built) throw new Error("the session is still being built (tool calls wait for deps.ready)");
@@ -132,8 +134,8 @@ export async function openSession(opts: SessionOptions): Promise<Session> {
   return startSession(opts).ready;
 }
 
-async function buildSession(opts: SessionOptions & { taskId: string }, task: PublicTask, skill: Skill): Promise<Session> {
-  const { session, resumed } = await openRun({ task, runsDir: opts.runsDir, resume: opts.resume, taskDir: resolveTaskDir(opts.taskId, opts.tasksRoot), onProgress: (msg) => opts.logger.info(msg) });
+async function buildSession(opts: SessionOptions & { taskId: string }, task: PublicTask, skill: Skill, reserved: RunPaths | undefined): Promise<Session> {
+  const { session, resumed } = await openRun({ task, runsDir: opts.runsDir, resume: opts.resume, reserved, taskDir: resolveTaskDir(opts.taskId, opts.tasksRoot), onProgress: (msg) => opts.logger.info(msg) });
   const { paths } = session;
   let baseHost: string | null;
   if (resumed) {
