@@ -7,7 +7,7 @@
  * The client is hand-rolled on purpose (one JSON line written at spawn, the first stdout line read
  * back): the SDK client's own start-up would be inside both figures.
  *
- * Run: `npm run build && npx tsx bench/initialize_latency.ts [--reps N] [--sandbox local|none] [--entry cli|serve-only]`
+ * Run: `npm run build && npx tsx bench/initialize_latency.ts [--reps N] [--sandbox local|none] [--entry cli|serve-only] [--cli other/dist/cli/main.js]`
  * (serve-only: the serve command without the rest of the CLI, see bench/serve_only_entry.mjs).
  */
 import { spawn } from "node:child_process";
@@ -24,6 +24,8 @@ const REPS = Number(arg("--reps", "10"));
 const SANDBOX = arg("--sandbox", "local");
 /** cli: the real `dist/cli/main.js serve`; serve-only: the serve command alone (bench/serve_only_entry.mjs). */
 const ENTRY = arg("--entry", "cli");
+/** Another build's dist/cli/main.js (a before/after comparison), with --entry cli. */
+const CLI = arg("--cli", "");
 
 const INITIALIZE = `${JSON.stringify({
   jsonrpc: "2.0",
@@ -68,7 +70,7 @@ function timeInitialize(argv: string[]): Promise<number> {
 async function main(): Promise<void> {
   const root = packageRoot();
   const runsDir = mkdtempSync(join(tmpdir(), "infradev-bench-init-"));
-  const entry = ENTRY === "serve-only" ? join(root, "bench", "serve_only_entry.mjs") : join(root, "dist", "cli", "main.js");
+  const entry = ENTRY === "serve-only" ? join(root, "bench", "serve_only_entry.mjs") : CLI || join(root, "dist", "cli", "main.js");
   const serve = [process.execPath, entry, "serve", "--task", "grad-bucketing", "--sandbox", SANDBOX, "--runs-dir", runsDir];
   const minimal = [process.execPath, join(root, "bench", "minimal_stdio_server.mjs")];
   try {
