@@ -1,25 +1,31 @@
 import { resolve } from "node:path";
 import type { Command } from "commander";
 import { bundledTasksDir } from "../lib/paths.js";
-import { CALIBRATION_RUNS, calibrate } from "../grader/calibrate.js";
-import { goldView } from "../grader/score.js";
-import { loadGraderTask } from "../tasks/loader.js";
-import { addGraderOptions, graderSandboxFactoryFromFlags, progressToStderr, type GraderCliOptions } from "./grade.js";
+import { addGraderOptions, checkGraderRun, graderSandboxFactoryFromFlags, progressToStderr, type GraderCliOptions } from "./grade.js";
+
+/** Gold's runs per calibration (grader/calibrate.ts CALIBRATION_RUNS; said here so `--help` loads no grader). */
+const RUNS = 3;
 
 export function registerCalibrateCommands(program: Command): void {
   const cmd = program
     .command("calibrate")
-    .description(`run the golden patch ${CALIBRATION_RUNS}× on this machine and cache the collected cases and which pass (by task content hash + hardware fingerprint); flaky cases are reported`)
+    .description(`run the golden patch ${RUNS}× on this machine and cache the collected cases and which pass (by task content hash + the fingerprint of the sandbox the tests run in); flaky cases are reported`)
     .requiredOption("--task <id>", "task id (or a path to a task folder)")
-    .option("--force", "run gold again even when a cached calibration exists")
+    .option("--force", "run gold again from scratch even when a cached calibration (or a killed one's session files) exists")
     .option("--json", "print the calibration as JSON on stdout");
   addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; force?: boolean }) => {
+    const [{ loadGraderTask }, { CALIBRATION_RUNS, calibrate }, { goldView }] = await Promise.all([
+      import("../tasks/loader.js"),
+      import("../grader/calibrate.js"),
+      import("../grader/score.js"),
+    ]);
+    if (CALIBRATION_RUNS !== RUNS) throw new Error(`cli/calibrate.ts says ${RUNS} runs, the grader ${CALIBRATION_RUNS}`);
     const task = loadGraderTask(opts.task, opts.tasksDir);
+    checkGraderRun("calibrate", task, opts);
     const handle = await calibrate({
       task,
       cacheDir: resolve(opts.calibrationDir),
       sandboxFactory: graderSandboxFactoryFromFlags(opts, [opts.tasksDir ?? bundledTasksDir(), opts.calibrationDir]),
-      combine: !opts.separateSuites,
       force: opts.force,
       onProgress: progressToStderr(""),
     });
@@ -36,6 +42,7 @@ export function registerCalibrateCommands(program: Command): void {
       `  official: ${count("official")} cases, gold passes ${required("official")} in every run`,
       `  probes:   ${count("probe")} cases, gold passes ${required("probe")} in every run`,
       `  hardware: ${cal.fingerprint.cpu_model} ×${cal.fingerprint.cpu_count}${cal.fingerprint.gpus.length ? `, ${cal.fingerprint.gpus.join(", ")}` : ", no GPU"}, torch ${cal.fingerprint.torch}`,
+      `  measured in: the ${cal.fingerprint.sandbox} sandbox, ${cal.fingerprint.python}`,
     ];
     const notPassing = cal.cases.filter((c) => !c.outcomes.every((o) => o === "passed") && new Set(c.outcomes).size === 1);
     for (const c of notPassing) lines.push(`  gold ${c.outcomes[0]}: ${c.id} (counts in N_p)`);

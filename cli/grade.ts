@@ -1,17 +1,20 @@
+import { existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { InvalidArgumentError, Option, type Command } from "commander";
+import { UsageError } from "../lib/errors.js";
 import { readJsonFile } from "../lib/json.js";
-import { createLogger } from "../lib/logger.js";
-import { bundledTasksDir } from "../lib/paths.js";
-import { createSandbox } from "../sandbox/index.js";
+import { bundledTasksDir, defaultCalibrationDir } from "../lib/paths.js";
 import type { SandboxKind } from "../sandbox/types.js";
-import { defaultCalibrationDir } from "../grader/calibrate.js";
 import { defaultResultsDir } from "../grader/results-dir.js";
-import { gradeSubmission } from "../grader/grade.js";
 import type { SandboxFactory } from "../grader/pipeline.js";
+import { reasonOnce } from "../grader/score.js";
 import type { GradeResult } from "../grader/types.js";
-import { loadGraderTask } from "../tasks/loader.js";
+import type { GraderTask } from "../tasks/loader.js";
+import { SKIP_RUNNABLE_FLAG, requireRunnableHere, taskPython } from "../tasks/runnable.js";
 import { addDockerOptions, dockerOptionsFromFlags, type DockerCliOptions, type DockerFlags } from "./sandbox-options.js";
+
+// The grader, the sandboxes (dockerode) and the task loader are imported inside the action
+// handlers: `infradev --help` or `tasks list` does not load them.
 
 /** Options every grader command shares. */
 export interface GraderCliOptions extends DockerFlags {
@@ -19,7 +22,12 @@ export interface GraderCliOptions extends DockerFlags {
   sandbox: SandboxKind;
   calibrationDir: string;
   tasksDir?: string;
+  /** Accepted for older scripts; does nothing (the suites always run in separate sessions). */
   separateSuites?: boolean;
+  /** The tests' interpreter (tasks/runnable.ts taskPython: --python, else $INFRADEV_PYTHON, else env.python). */
+  python?: string;
+  /** Run a task this machine cannot run (SKIP_RUNNABLE_FLAG). */
+  skipRunnableCheck?: boolean;
   json?: boolean;
 }
 
@@ -32,9 +40,32 @@ export function sandboxOption(): Option {
 
 export function addGraderOptions(cmd: Command): Command {
   return addDockerOptions(cmd.addOption(sandboxOption()))
+    .option("--python <path>", "Python interpreter the tests run with, inside the sandbox (docker: inside the image); default $INFRADEV_PYTHON, else the task's env.python")
     .option("--calibration-dir <dir>", "cache of gold calibrations (default from $INFRADEV_CALIBRATION_DIR, else ~/.cache/infradev/calibration)", defaultCalibrationDir())
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
-    .option("--separate-suites", "run the official tests and the probes in separate launcher sessions (default: one session per mode when their file names cannot clash)");
+    .option(SKIP_RUNNABLE_FLAG, "experts: run a task this machine cannot run (e.g. requires_gpu without a GPU) instead of refusing it; gold's calibration and the scores then describe this machine, not the task")
+    .option("--separate-suites", "no effect, kept so older scripts still run: the official tests and the probes always run in separate launcher sessions, each from the same fresh state");
+}
+
+/**
+ * What every grader command checks before anything runs or is cached (exit 2 on failure): the task
+ * can run here (requireRunnableHere; the override warns), and --sandbox docker has an image.
+ */
+export function checkGraderRun(command: string, task: Pick<GraderTask, "id" | "spec">, opts: Pick<GraderCliOptions, "sandbox" | "image" | "python" | "skipRunnableCheck">): void {
+  requireRunnableHere(task, { command, skipCheck: opts.skipRunnableCheck, python: taskPython(task.spec, opts.python).python, sandbox: opts.sandbox });
+  requireDockerImage(command, task, opts);
+}
+
+/** --sandbox docker without --image for a task with no `image:` fails here, before any patch is applied. */
+export function requireDockerImage(command: string, task: Pick<GraderTask, "id" | "spec">, opts: Pick<GraderCliOptions, "sandbox" | "image">): void {
+  if (opts.sandbox === "docker" && !opts.image && !task.spec.image) {
+    throw new UsageError(`${command}: --sandbox docker needs an image and task ${task.id} names none: pass --image <image> (on the engine already: docker pull <image>) or set \`image:\` in its task.yaml`);
+  }
+}
+
+export interface GraderSandboxOptions {
+  /** The tests' interpreter as given on the command line (the rule: tasks/runnable.ts taskPython). */
+  python?: string;
 }
 
 /**
@@ -42,16 +73,18 @@ export function addGraderOptions(cmd: Command): Command {
  * The task folder (hidden parts), the tasks root, the results and the calibration cache are never
  * visible inside it. `docker`: the docker flags, used only when `kind` is docker.
  */
-export function graderSandboxFactory(kind: SandboxKind, hiddenPaths: string[], docker: DockerCliOptions = {}): SandboxFactory {
-  const logger = createLogger("infradev-grade");
+export function graderSandboxFactory(kind: SandboxKind, hiddenPaths: string[], docker: DockerCliOptions = {}, opts: GraderSandboxOptions = {}): SandboxFactory {
+  let logger: import("../lib/logger.js").Logger | undefined;
   return async ({ task, hostRepoDir, readOnlyOverlays }) => {
+    const [{ createSandbox }, { createLogger }] = await Promise.all([import("../sandbox/index.js"), import("../lib/logger.js")]);
+    logger ??= createLogger("infradev-grade");
     const common = {
       hostRepoDir,
       readOnlyMounts: [],
       // The staged tests, probes and canaries: bound read-only over the test dirs (Contract C).
       readOnlyOverlays: readOnlyOverlays ?? [],
       hiddenPaths: [...new Set([resolve(task.taskDir), ...hiddenPaths.map((p) => resolve(p))])],
-      python: task.fullSpec.env.python,
+      python: taskPython(task.fullSpec, opts.python).python,
       sessionId: `grade-${task.id}-${process.pid}-${Date.now()}`,
       task,
       logger,
@@ -61,9 +94,9 @@ export function graderSandboxFactory(kind: SandboxKind, hiddenPaths: string[], d
   };
 }
 
-/** The grader's factory from the parsed CLI options (backend + docker flags). */
+/** The grader's factory from the parsed CLI options (backend + docker flags + --python). */
 export function graderSandboxFactoryFromFlags(opts: GraderCliOptions, hiddenPaths: string[]): SandboxFactory {
-  return graderSandboxFactory(opts.sandbox, hiddenPaths, dockerOptionsFromFlags(opts));
+  return graderSandboxFactory(opts.sandbox, hiddenPaths, dockerOptionsFromFlags(opts), { python: opts.python });
 }
 
 export function progressToStderr(prefix: string): (msg: string) => void {
@@ -86,7 +119,7 @@ export function formatResult(r: GradeResult, resultPath: string, reverts: Revert
   const set = (name: string, s: GradeResult["official"]) =>
     `${name.padEnd(22)} ${s.passed ?? "-"}/${s.n_cases} passed   s_p ${s.score === null ? "n/a" : s.score.toFixed(3)}   resolved ${yesNo(s.resolved)}   strict ${yesNo(s.resolved_strict)}`;
   const lines = [
-    `${r.task_id}: ${r.status}${r.apply_method ? ` (applied with ${r.apply_method})` : ""}${r.reason ? ` — ${r.reason}` : ""}`,
+    `${r.task_id}: ${r.status}${r.apply_method ? ` (applied with ${r.apply_method})` : ""}${r.reason ? ` — ${reasonOnce(r)}` : ""}`,
     set("Set A (official)", r.official),
     set("Set B (with probes)", r.with_probes),
   ];
@@ -129,18 +162,26 @@ export function registerGradeCommands(program: Command): void {
     .command("grade")
     .description("grade one patch: fresh snapshot, post-PR tests + hidden probes, multi-rank, scored against gold's calibration (Set A and Set B)")
     .requiredOption("--task <id>", "task id (or a path to a task folder)")
-    .option("--patch <file>", "the submission (a unified diff against the task's base); omitted or missing = scores 0 as missing_patch")
+    .option("--patch <file>", "the submission (a unified diff against the task's base); omitted = scores 0 as missing_patch; a file that does not exist is an error (exit 2) unless --allow-missing-patch")
+    .option("--allow-missing-patch", "batch grading: a --patch file that does not exist scores 0 as missing_patch (results keyed by its path) instead of failing")
+    .option("--force", "grade again: ignore a complete earlier result of this submission and its session files (gold's cached calibration is kept; calibrate --force re-runs it)")
     .option("--out <dir>", `results folder: <out>/<task_id>/<submission-hash>/result.json (default from $INFRADEV_RESULTS_DIR, else $XDG_STATE_HOME/infradev/results or ~/.local/state/infradev/results; never inside the package)`, parseOut, defaultResultsDir())
     .option("--json", "print the result as one JSON object on stdout");
-  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; patch?: string }) => {
+  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; patch?: string; allowMissingPatch?: boolean; force?: boolean }) => {
+    const [{ loadGraderTask }, { gradeSubmission }] = await Promise.all([import("../tasks/loader.js"), import("../grader/grade.js")]);
     const task = loadGraderTask(opts.task, opts.tasksDir);
+    const patchFile = opts.patch ? resolve(opts.patch) : null;
+    if (patchFile !== null && !opts.allowMissingPatch && !(existsSync(patchFile) && statSync(patchFile).isFile())) {
+      throw new UsageError(`grade: --patch ${opts.patch}: ${existsSync(patchFile) ? "not a regular file" : "no such file"} (${patchFile}); omit --patch, or add --allow-missing-patch, to score a submission that produced nothing as missing_patch`);
+    }
+    checkGraderRun("grade", task, opts);
     const out = await gradeSubmission({
       task,
-      patchFile: opts.patch ? resolve(opts.patch) : null,
+      patchFile,
       outDir: resolve(opts.out),
       calibrationDir: resolve(opts.calibrationDir),
       sandboxFactory: graderSandboxFactoryFromFlags(opts, [opts.tasksDir ?? bundledTasksDir(), opts.out, opts.calibrationDir]),
-      combine: !opts.separateSuites,
+      force: opts.force,
       onProgress: progressToStderr(`[grade ${task.id}] `),
     });
     const resultPath = resolve(out.artifactDir, "result.json");

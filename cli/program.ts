@@ -1,25 +1,45 @@
 /** The `infradev` program (commander) and its error handling; cli/main.ts is the entry point. */
 import { Command, CommanderError } from "commander";
 import { TaskError } from "../tasks/errors.js";
-import { registerCalibrateCommands } from "./calibrate.js";
-import { registerDemoCommands } from "./demo.js";
-import { registerDoctorCommands } from "./doctor.js";
-import { registerGradeCommands } from "./grade.js";
-import { registerConnectCommands } from "./connect.js";
-import { registerSandboxCommands } from "./sandbox.js";
-import { registerServeCommands } from "./serve.js";
-import { registerSkillCommands } from "./skill.js";
-import { registerTasksCommands } from "./tasks.js";
 import { UsageError } from "../lib/errors.js";
 
 export const VERSION = "0.1.0"; // also in cli/main.ts (answered there without loading this module)
+
+type Register = (program: Command) => void;
+
+/**
+ * Every sub-command: its one-line summary (the root help's list) and how to load it. Only the
+ * command being run is imported (its module, and in its action handler the heavy parts: the grader,
+ * dockerode, the MCP SDK and the HTTP stack); the others are named by their summary alone, so
+ * `infradev --help` or `tasks list` loads none of them. The full description stays in each module.
+ */
+export const COMMANDS: ReadonlyArray<{ name: string; summary: string; load: () => Promise<Register> }> = [
+  { name: "tasks", summary: "list and inspect tasks", load: async () => (await import("./tasks.js")).registerTasksCommands },
+  { name: "grade", summary: "grade one patch against gold's calibration (Set A and Set B)", load: async () => (await import("./grade.js")).registerGradeCommands },
+  { name: "calibrate", summary: "run the golden patch 3× here and cache which cases it passes", load: async () => (await import("./calibrate.js")).registerCalibrateCommands },
+  { name: "demo", summary: "grade golden, adversarial, hollow, base and empty patches of every task runnable here; one table", load: async () => (await import("./demo.js")).registerDemoCommands },
+  { name: "serve", summary: "serve one task to an MCP client (stdio, or Streamable HTTP with --http)", load: async () => (await import("./serve.js")).registerServeCommands },
+  { name: "runs", summary: "manage serve's run folders (runs prune)", load: async () => (await import("./runs.js")).registerRunsCommands },
+  { name: "sandbox", summary: "manage the docker sandbox's containers (sandbox prune)", load: async () => (await import("./sandbox.js")).registerSandboxCommands },
+  { name: "skill", summary: "the infra-dev skill (Agent Skills format)", load: async () => (await import("./skill.js")).registerSkillCommands },
+  { name: "connect", summary: "print the MCP configuration for Codex or OpenCode", load: async () => (await import("./connect.js")).registerConnectCommands },
+  { name: "doctor", summary: "what the probes see on this node: Python, torch, GPUs, NCCL, torchrun, bwrap", load: async () => (await import("./doctor.js")).registerDoctorCommands },
+];
+
+/** The sub-command argv asks for (`help <cmd>` too); "*" loads every one (tests, no argv). */
+function wantedCommand(argv: string[] | undefined): string {
+  if (argv === undefined) return "*";
+  const words = argv.filter((a) => !a.startsWith("-"));
+  return words[0] === "help" ? (words[1] ?? "") : (words[0] ?? "");
+}
 
 /**
  * The `infradev` command: thin; each sub-command lives in its own file and calls the modules.
  * Usage errors (unknown command or option, a missing or invalid value) are one line and exit 2;
  * the settings are made before the sub-commands exist, so every one of them inherits them.
+ * `argv` (without node and the script): only the command it names is loaded (default: all).
  */
-export function buildProgram(): Command {
+export async function buildProgram(argv?: string[]): Promise<Command> {
   const program = new Command()
     .name("infradev")
     .description("MCP server and grader for coding agents that change AI infrastructure")
@@ -29,15 +49,15 @@ export function buildProgram(): Command {
       // commander's own error text is "error: ..."; ours is "infradev: <command>: ...".
       outputError: () => {},
     });
-  registerTasksCommands(program);
-  registerGradeCommands(program);
-  registerCalibrateCommands(program);
-  registerDemoCommands(program);
-  registerServeCommands(program);
-  registerSandboxCommands(program);
-  registerSkillCommands(program);
-  registerConnectCommands(program);
-  registerDoctorCommands(program);
+  const wanted = wantedCommand(argv);
+  for (const c of COMMANDS) {
+    if (wanted === "*" || wanted === c.name) {
+      (await c.load())(program);
+      program.commands.find((x) => x.name() === c.name)?.summary(c.summary);
+    } else {
+      program.command(c.name).summary(c.summary);
+    }
+  }
   return program;
 }
 
@@ -55,7 +75,7 @@ function commandPath(program: Command, argv: string[]): string {
 }
 
 export async function runCli(): Promise<void> {
-  const program = buildProgram();
+  const program = await buildProgram(process.argv.slice(2));
   try {
     await program.parseAsync(process.argv);
   } catch (e) {

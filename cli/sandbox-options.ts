@@ -5,8 +5,9 @@
  * and the backend's defaults apply.
  */
 import { InvalidArgumentError, Option, type Command } from "commander";
-import type { DockerRequestOptions } from "../sandbox/docker.js";
+// docker-spec.ts, not docker.ts: the flags are declared by every command, dockerode loads only when a docker sandbox starts.
 import { parseGpus, type GpuRequest } from "../sandbox/docker-spec.js";
+import type { DockerRequestOptions } from "../sandbox/docker.js";
 
 /** What the flags can set on a docker sandbox. */
 export type DockerCliOptions = Pick<DockerRequestOptions, "image" | "gpus" | "memoryMb" | "pidsLimit" | "cpus" | "shmSizeMb" | "network" | "hostSystemMounts">;

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, type Command } from "commander";
-import { DockerSandboxError, pruneSandboxes, type PruneResult } from "../sandbox/docker.js";
+import type { PruneResult } from "../sandbox/docker.js";
 
 function seconds(v: string): number {
   const n = Number(v);
@@ -24,14 +24,16 @@ export function registerSandboxCommands(program: Command): void {
     .option("--older-than <sec>", "only containers created at least this many seconds ago", seconds)
     .option("--json", "print { removed: [...], kept } as JSON on stdout")
     .action(async (opts: { all?: boolean; olderThan?: number; json?: boolean }) => {
+      // dockerode loads here, not when the CLI starts.
+      const { DockerSandboxError, pruneSandboxes } = await import("../sandbox/docker.js");
       let result: PruneResult;
       try {
         result = await pruneSandboxes({ all: opts.all, olderThanSec: opts.olderThan });
       } catch (e) {
-        // An unreachable engine is the user's to fix: its message says how, in one line.
+        // An unreachable engine is not bad input (exit 2 is for that): exit 1, the reason and the fix in one line.
         if (!(e instanceof DockerSandboxError)) throw e;
-        process.stderr.write(`infradev sandbox prune: ${e.message}\n`);
-        process.exit(2);
+        process.stderr.write(`infradev: sandbox prune: ${e.message}\n`);
+        process.exit(1);
       }
       process.stdout.write(opts.json ? `${JSON.stringify(result, null, 2)}\n` : `${formatPrune(result)}\n`);
     });

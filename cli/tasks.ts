@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { loadPublicTask, listTaskIds } from "../tasks/loader.js";
 import { TaskError } from "../tasks/errors.js";
-import { taskRunnableHere } from "../tasks/runnable.js";
+import { taskPython, taskRunnableHere } from "../tasks/runnable.js";
 
 export interface TaskRow {
   id: string;
@@ -26,7 +26,8 @@ export function taskRows(tasksRoot?: string): TaskRow[] {
       if (!(e instanceof TaskError)) throw e;
       return { id, error: e.message, title: "", category: "", type: "", ranks: 0, requires_gpu: false, runnable: false };
     }
-    const r = taskRunnableHere(t.spec);
+    // With the interpreter the grader would use ($INFRADEV_PYTHON, else env.python).
+    const r = taskRunnableHere(t.spec, { python: taskPython(t.spec).python });
     return {
       id,
       title: t.spec.title,

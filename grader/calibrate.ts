@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import type { GraderTask } from "../tasks/loader.js";
-import { readJsonFile, taskContentHash, writeJsonAtomic } from "./files.js";
+import { clearArtifacts, readJsonFile, taskContentHash, writeJsonAtomic } from "./files.js";
 import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
 import { runSubmission, type SandboxFactory } from "./pipeline.js";
 import { flakyIds } from "./score.js";
@@ -9,14 +9,17 @@ import { defaultCalibrationDir } from "../lib/paths.js";
 
 /**
  * Gold's calibration: the golden patch run `runs` times (3) on this machine, cached by task content
- * hash + hardware fingerprint. Each run keeps its session files, so a killed calibration resumes.
+ * hash + hardware fingerprint (taken in the grader's sandbox: fingerprint.ts). Each run keeps its
+ * session files, so a killed calibration resumes; `force` removes them first.
  */
 
 /**
  * 2: gold graded under the same restore of pytest-affecting files and config pin as submissions.
  * 3: gold run with the staged, renamed tests and canaries (and held to the same tamper checks).
+ * 4: gold run under the same plan as submissions: separate official / probe sessions, each from
+ *    the same fresh state.
  */
-export const CALIBRATION_FORMAT = 3;
+export const CALIBRATION_FORMAT = 4;
 export const CALIBRATION_RUNS = 3;
 
 export { defaultCalibrationDir }; // lives in lib/paths.ts: the sandboxes mask it
@@ -45,9 +48,8 @@ export interface CalibrateOptions {
   fingerprint?: HardwareFingerprint;
   taskHash?: string;
   runs?: number;
-  /** Ignore a cached calibration and run gold again. */
+  /** Ignore a cached calibration and its runs' session files: gold runs again from scratch. */
   force?: boolean;
-  combine?: boolean;
   onProgress?: (msg: string) => void;
   signal?: AbortSignal;
 }
@@ -87,13 +89,15 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
   const { task } = opts;
   const runs = opts.runs ?? CALIBRATION_RUNS;
   const taskHash = opts.taskHash ?? taskContentHash(task.taskDir);
-  const fingerprint = opts.fingerprint ?? (await hardwareFingerprint(task.fullSpec.env.python));
+  const fingerprint = opts.fingerprint ?? (await hardwareFingerprint(task, opts.sandboxFactory));
   const dir = calibrationDirFor(opts.cacheDir ?? defaultCalibrationDir(), task, taskHash, fingerprint);
   const file = join(dir, "calibration.json");
   const cached = readJsonFile<Calibration>(file);
   if (!opts.force && cached && cached.format === CALIBRATION_FORMAT && cached.task_hash === taskHash && cached.runs === runs) {
     return { calibration: cached, file, cached: true };
   }
+  // --force: gold really runs again; the cache entry and the per-run session files (resume points) go (clearArtifacts).
+  if (opts.force) clearArtifacts(dir);
   const started = Date.now();
   const perRun: CaseRecord[][] = [];
   for (let i = 1; i <= runs; i++) {
@@ -104,7 +108,7 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
       patchFile: task.hidden.goldenPatch,
       artifactDir: join(dir, `run${i}`),
       sandboxFactory: opts.sandboxFactory,
-      combine: opts.combine,
+     
       onProgress: progress,
       signal: opts.signal,
     });

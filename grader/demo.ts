@@ -3,12 +3,13 @@ import { join } from "node:path";
 import { UsageError } from "../lib/errors.js";
 import { bundledTasksDir } from "../lib/paths.js";
 import { listTaskIds, loadGraderTask, type GraderTask } from "../tasks/loader.js";
-import { taskRunnableHere } from "../tasks/runnable.js";
+import { requireRunnableHere, taskPython, taskRunnableHere } from "../tasks/runnable.js";
 import { calibrate } from "./calibrate.js";
 import { taskContentHash } from "./files.js";
 import { hardwareFingerprint } from "./fingerprint.js";
 import { gradeSubmission } from "./grade.js";
 import type { SandboxFactory } from "./pipeline.js";
+import { reasonOnce } from "./score.js";
 import type { Calibration, FailureLabel, GradeResult } from "./types.js";
 
 /**
@@ -64,11 +65,21 @@ export interface RunDemoOptions {
   outDir: string;
   calibrationDir?: string;
   sandboxFactory: SandboxFactory;
-  combine?: boolean;
   /** Test hook: whether the machine has a GPU (default: /dev/nvidia*). */
   hasGpu?: boolean;
-  /** Only these task ids (default: every task of tasksRoot); an unknown id is an error. */
+  /**
+   * Only these task ids (default: every task of tasksRoot); an unknown id is an error, and so is one
+   * this machine cannot run (NotRunnableError) unless skipRunnableCheck. Without taskIds, a task
+   * that cannot run here is listed as such and skipped.
+   */
   taskIds?: string[];
+  /** Run tasks this machine cannot run (loud warning; --skip-runnable-check). */
+  skipRunnableCheck?: boolean;
+  /** The tests' interpreter and the backend, for the runnable check (tasks/runnable.ts). */
+  python?: string;
+  sandbox?: string;
+  /** Checks of the caller's (the CLI's: docker needs an image), run on every task before anything runs. */
+  checkTask?: (task: GraderTask) => void;
   onProgress?: (msg: string) => void;
 }
 
@@ -81,24 +92,32 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
   const say = (msg: string) => opts.onProgress?.(msg);
   const rows: DemoRow[] = [];
   const notRunnable: DemoReport["notRunnable"] = [];
-  mkdirSync(opts.outDir, { recursive: true });
-  const emptyPatch = join(opts.outDir, "empty.patch");
-  writeFileSync(emptyPatch, "");
-  const fingerprints = new Map<string, Awaited<ReturnType<typeof hardwareFingerprint>>>();
   const known = listTaskIds(tasksRoot);
   const unknown = (opts.taskIds ?? []).filter((t) => !known.includes(t));
   if (unknown.length) throw new UsageError(`demo: unknown task ${unknown.map((t) => JSON.stringify(t)).join(", ")} in ${tasksRoot} (known: ${known.join(", ")})`);
+  // Every check before anything is calibrated or graded.
+  const selected: GraderTask[] = [];
   for (const id of opts.taskIds ?? known) {
     const task = loadGraderTask(id, tasksRoot);
-    const runnable = taskRunnableHere(task.spec, opts.hasGpu === undefined ? {} : { hasGpu: opts.hasGpu });
-    if (!runnable.runnable) {
+    const probe = { ...(opts.hasGpu === undefined ? {} : { hasGpu: opts.hasGpu }), python: taskPython(task.spec, opts.python).python, sandbox: opts.sandbox };
+    const runnable = taskRunnableHere(task.spec, probe);
+    if (!runnable.runnable && !opts.skipRunnableCheck && !opts.taskIds) {
       notRunnable.push({ task: id, reason: runnable.reason ?? "not runnable here" });
       say(`${id}: not runnable here: ${runnable.reason}`);
       continue;
     }
-    const python = task.fullSpec.env.python;
-    if (!fingerprints.has(python)) fingerprints.set(python, await hardwareFingerprint(python));
-    const fingerprint = fingerprints.get(python)!;
+    // Asked for by name: refused (exit 2), or run anyway with a loud warning.
+    requireRunnableHere(task, { ...probe, command: "demo", skipCheck: opts.skipRunnableCheck });
+    opts.checkTask?.(task);
+    selected.push(task);
+  }
+  mkdirSync(opts.outDir, { recursive: true });
+  const emptyPatch = join(opts.outDir, "empty.patch");
+  writeFileSync(emptyPatch, "");
+  for (const task of selected) {
+    const id = task.id;
+    // Per task: the sandbox (image, interpreter, environment) may differ between tasks.
+    const fingerprint = await hardwareFingerprint(task, opts.sandboxFactory);
     const taskHash = taskContentHash(task.taskDir);
     const handle = await calibrate({
       task,
@@ -106,7 +125,7 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
       sandboxFactory: opts.sandboxFactory,
       fingerprint,
       taskHash,
-      combine: opts.combine,
+     
       onProgress: say,
     });
     say(`${id}: gold calibration ${handle.cached ? "cached" : "done"}: ${handle.calibration.cases.length} cases, ${handle.calibration.flaky.length} flaky (${handle.file})`);
@@ -122,7 +141,7 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
         calibration: handle.calibration,
         fingerprint,
         taskHash,
-        combine: opts.combine,
+       
         onProgress: (m) => say(`${tag}: ${m}`),
       });
       say(`${tag}: ${out.result.status}, Set A ${yesNo(out.result.official.resolved)}, Set B ${yesNo(out.result.with_probes.resolved)}`);
@@ -174,7 +193,7 @@ export function demoTableRows(report: DemoReport): string[][] {
         ? labelSummary(res) || "—"
         : res.status === "tampered"
           ? `— (TAMPERED: ${(res.tamper_evidence ?? []).slice(0, 2).join("; ")}${(res.tamper_evidence ?? []).length > 2 ? "; …" : ""})`
-          : `— (${res.status}${res.reason ? `: ${res.reason}` : ""})`;
+          : `— (${res.status}${res.reason ? `: ${reasonOnce(res)}` : ""})`;
     const caught = caughtBy(r)
       .map((c) => `${c.promise} → ${c.labels.length ? c.labels.join(", ") : "NOT caught"}`)
       .join("; ");
@@ -182,6 +201,63 @@ export function demoTableRows(report: DemoReport): string[][] {
   });
   for (const n of report.notRunnable) rows.push([`${n.task} (every submission)`, "—", "—", "—", "—", `not run here: ${n.reason}`, ""]);
   return rows;
+}
+
+/** The demo table's width: every line of demoTable fits it. */
+export const DEMO_WIDTH = 100;
+
+export const DEMO_LEGEND =
+  "Set A = official post-PR tests; Set B = official tests + hidden probes. resolved = paper rule (passed ≥ gold's); " +
+  "(strict …) shown where the strict rule differs. labels: failure labels of the cases gold passes and this submission " +
+  "does not (or why nothing was scored); caught: per promise an adversarial patch declares to break, the labels of its failing probes.";
+
+/** `text` cut at spaces into lines of at most `width` (a word longer than that is cut), each after `indent`. */
+export function wrapText(text: string, width: number, indent: string): string[] {
+  const room = Math.max(10, width - indent.length);
+  const out: string[] = [];
+  let line = "";
+  for (const word of text.split(/ +/)) {
+    let w = word;
+    while (w.length > room) {
+      if (line) out.push(line);
+      line = "";
+      out.push(w.slice(0, room));
+      w = w.slice(room);
+    }
+    if (!line) {
+      line = w;
+    } else if (line.length + 1 + w.length <= room) {
+      line += ` ${w}`;
+    } else {
+      out.push(line);
+      line = w;
+    }
+  }
+  if (line) out.push(line);
+  return out.map((l) => `${indent}${l}`);
+}
+
+/**
+ * The demo table in DEMO_WIDTH columns: one row per submission with its Set A / Set B verdicts and
+ * scores, then its failure labels and the promises it was caught by on indented lines below (wrapped,
+ * nothing cut). A submission name too long for its column stands alone on its line, the figures below.
+ */
+export function demoTable(report: DemoReport, width = DEMO_WIDTH): string {
+  const header = ["submission", "Set A", "Set B", "s_p A", "s_p B"];
+  const rows = demoTableRows(report);
+  const widths = [1, 2, 3, 4].map((i) => Math.max(header[i]!.length, ...rows.map((r) => r[i]!.length)));
+  const rest = widths.reduce((a, b) => a + b + 2, 0);
+  const nameWidth = Math.max(header[0]!.length, Math.min(width - rest, Math.max(...rows.map((r) => r[0]!.length), 0)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(i === 0 ? nameWidth : widths[i - 1]!)).join("  ").trimEnd();
+  const out = [line(header), line([nameWidth, ...widths].map((w) => "-".repeat(w)))];
+  for (const r of rows) {
+    const [name, ...figures] = r.slice(0, 5) as [string, ...string[]];
+    if (name.length > nameWidth) out.push(...wrapText(name, width, ""), line(["", ...figures]));
+    else out.push(line([name, ...figures]));
+    if (r[5] && r[5] !== "—") out.push(...wrapText(r[5].startsWith("not run here") ? r[5] : `labels: ${r[5]}`, width, "    "));
+    if (r[6]) out.push(...wrapText(`caught: ${r[6]}`, width, "    "));
+  }
+  return out.join("\n");
 }
 
 /**

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 
 /** Small file helpers shared by the grader's steps: atomic JSON, content hashes. */
@@ -43,4 +43,25 @@ export function taskContentHash(taskDir: string): string {
   };
   walk("");
   return h.digest("hex");
+}
+
+/**
+ * Empties an artifact folder for a forced re-run (results, session files, logs), recursively into
+ * sub-folders, but keeps every `workspace.path`: it names a killed run's temp workspace, which the
+ * next workspace build removes (grader/workspace.ts).
+ */
+export function clearArtifacts(dir: string): void {
+  let names: string[];
+  try {
+    if (!lstatSync(dir).isDirectory()) return;
+    names = readdirSync(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const p = join(dir, name);
+    if (name === "workspace.path") continue;
+    if (lstatSync(p).isDirectory() && existsSync(join(p, "workspace.path"))) clearArtifacts(p);
+    else rmSync(p, { recursive: true, force: true });
+  }
 }

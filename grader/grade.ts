@@ -2,7 +2,7 @@ import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync } from "nod
 import { join } from "node:path";
 import type { GraderTask } from "../tasks/loader.js";
 import { HarnessFault, calibrate } from "./calibrate.js";
-import { readJsonFile, sha256, taskContentHash, writeJsonAtomic } from "./files.js";
+import { clearArtifacts, readJsonFile, sha256, taskContentHash, writeJsonAtomic } from "./files.js";
 import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
 import { runControl, runSubmission, type SandboxFactory } from "./pipeline.js";
 import { goldView, scoreSubmission, type SubmissionOutcome } from "./score.js";
@@ -43,7 +43,8 @@ export interface GradeOptions {
   calibration?: Calibration;
   fingerprint?: HardwareFingerprint;
   taskHash?: string;
-  combine?: boolean;
+  /** Grade again: a complete earlier result and the session files of this submission are removed first. */
+  force?: boolean;
   onProgress?: (msg: string) => void;
   signal?: AbortSignal;
 }
@@ -53,8 +54,10 @@ export interface GradeOptions {
  * 2: pytest-affecting files outside the test dirs restored, sessions pinned to the base's config.
  * 3: tests staged read-only under random names with canaries; `tampered`; lost records are the
  *    submission's unless a control run loses them too.
+ * 4: official tests and probes in separate sessions, each in a fresh sandbox over the same
+ *    post-install workspace (a patch cannot tell them apart by order or left-over state).
  */
-export const GRADING_RULES = 3;
+export const GRADING_RULES = 4;
 
 export interface GradeMeta {
   grading_rules: number;
@@ -86,12 +89,18 @@ export interface GradeOutcome {
   reused: boolean;
 }
 
+/** The artifact folder of a submission that gave no patch at all (the same input every time). */
 export const MISSING_HASH = "missing";
 /** The artifact folder of the base run as it is (baseAsIs). */
 export const BASE_AS_IS = "base-as-is";
 
-export function submissionHash(bytes: Uint8Array | null): string {
-  return bytes === null ? MISSING_HASH : sha256(bytes).slice(0, 16);
+/**
+ * The artifact folder's name: the patch's hash; with no bytes, `missing` when no patch was given,
+ * else `missing-<hash of the path>`, so two absent files never share a result.
+ */
+export function submissionHash(bytes: Uint8Array | null, missingPath: string | null = null): string {
+  if (bytes !== null) return sha256(bytes).slice(0, 16);
+  return missingPath === null ? MISSING_HASH : `${MISSING_HASH}-${sha256(missingPath).slice(0, 16)}`;
 }
 
 /** A patch with nothing in it (whitespace only). */
@@ -104,12 +113,15 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   const started = Date.now();
   const say = (msg: string) => opts.onProgress?.(msg);
   const bytes = !opts.baseAsIs && opts.patchFile !== null && existsSync(opts.patchFile) && statSync(opts.patchFile).isFile() ? readFileSync(opts.patchFile) : null;
-  const hash = opts.baseAsIs ? BASE_AS_IS : submissionHash(bytes);
+  const hash = opts.baseAsIs ? BASE_AS_IS : submissionHash(bytes, opts.patchFile);
   const artifactDir = join(opts.outDir, task.id, hash);
   const taskHash = opts.taskHash ?? taskContentHash(task.taskDir);
-  const fingerprint = opts.fingerprint ?? opts.calibration?.fingerprint ?? (await hardwareFingerprint(task.fullSpec.env.python));
+  const fingerprint = opts.fingerprint ?? opts.calibration?.fingerprint ?? (await hardwareFingerprint(task, opts.sandboxFactory));
   const fpHash = fingerprintHash(fingerprint);
 
+  // --force: nothing of an earlier grade is reused (result, sessions, logs); workspace.path stays so
+  // that the next workspace build still removes a killed run's temp workspace.
+  if (opts.force) clearArtifacts(artifactDir);
   const previous = readJsonFile<GradeResult>(join(artifactDir, "result.json"));
   const previousMeta = readJsonFile<GradeMeta>(join(artifactDir, "meta.json"));
   if (previous && previousMeta && previousMeta.grading_rules === GRADING_RULES && previousMeta.task_hash === taskHash && previousMeta.fingerprint_hash === fpHash && previous.status !== "harness_fault") {
@@ -122,7 +134,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   let calibration = opts.calibration;
   if (!calibration) {
     try {
-      const handle = await calibrate({ task, cacheDir: opts.calibrationDir, sandboxFactory: opts.sandboxFactory, fingerprint, taskHash, combine: opts.combine, onProgress: say, signal: opts.signal });
+      const handle = await calibrate({ task, cacheDir: opts.calibrationDir, sandboxFactory: opts.sandboxFactory, fingerprint, taskHash, onProgress: say, signal: opts.signal });
       if (!handle.cached) say(`calibrated gold (${handle.calibration.runs} runs) → ${handle.file}`);
       calibration = handle.calibration;
     } catch (e) {
@@ -153,7 +165,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
       patchFile: opts.baseAsIs ? null : join(artifactDir, "submission.patch"),
       artifactDir,
       sandboxFactory: opts.sandboxFactory,
-      combine: opts.combine,
+     
       onProgress: say,
       signal: opts.signal,
     });

@@ -130,68 +130,96 @@ export interface Canary {
 
 /** A random integer in [lo, hi]. */
 const rnd = (lo: number, hi: number) => randomInt(lo, hi + 1);
-const pick = <T>(xs: readonly T[]): T => xs[randomInt(xs.length)]!;
 /** A float literal with a few decimals, exactly representable enough for allclose. */
 const num = (lo: number, hi: number) => (rnd(lo * 100, hi * 100) / 100).toFixed(2);
 
-/** One canary's body: a computation measured with measure(), asserted against a value known here. */
-function canaryBody(mustPass: boolean): string {
-  const kind = pick(["reduce", "matmul", "cumsum", "norm"] as const);
+/**
+ * The ways a test can assert, each a separate canary: a submission that neutralises one of them
+ * (a no-op `assert_close`, a `torch.equal` that always says yes, a counter that always matches,
+ * a `pytest.raises` that swallows "did not raise") turns the must-fail canary of that style into a
+ * pass, whatever the other styles do.
+ */
+export const CANARY_STYLES = ["assert_close", "torch_equal", "allclose", "isclose", "approx", "int_eq", "calls", "bytes", "raises"] as const;
+export type CanaryStyle = (typeof CANARY_STYLES)[number];
+
+/**
+ * The must-pass canaries: a submission gains nothing by making a passing check fail, except where a
+ * check it silenced would read as "nothing happened" (counters that count nothing, a no-op
+ * comparison): those styles get a must-pass twin. Fewer canaries, less time per grade.
+ */
+export const MUST_PASS_STYLES: readonly CanaryStyle[] = ["calls", "bytes", "assert_close", "int_eq"];
+
+/** One canary's body in one assertion style, with constants drawn now; must-fail ones are off by a little. */
+export function canaryBody(style: CanaryStyle, mustPass: boolean): string {
   const off = () => (mustPass ? "" : ` + ${num(1, 9)}`);
-  switch (kind) {
-    case "reduce": {
-      const n = rnd(3, 40);
-      const c = num(1, 50);
+  const n = rnd(3, 40);
+  const c = num(1, 50);
+  switch (style) {
+    case "assert_close":
       return [
         `    t = torch.full((${n},), ${c}, dtype=torch.float64, device=_device())`,
-        "    with measure() as m:",
-        "        if _dist():",
-        "            dist.all_reduce(t)",
-        `    assert m.calls["all_reduce"] == (1 if _dist() else 0), dict(m.calls)`,
+        "    if _dist():",
+        "        dist.all_reduce(t)",
         `    expected = torch.full((${n},), ${c} * _world()${off()}, dtype=torch.float64, device=t.device)`,
         "    torch.testing.assert_close(t, expected)",
       ].join("\n");
+    case "torch_equal": {
+      const k = rnd(2, 60);
+      return [`    x = torch.arange(${k}, dtype=torch.int64) * ${rnd(2, 9)}`, `    y = x.clone()${mustPass ? "" : ` + ${rnd(1, 5)}`}`, "    assert torch.equal(x, y)"].join("\n");
     }
-    case "matmul": {
+    case "allclose": {
       const r = rnd(2, 9);
       const k = rnd(2, 9);
-      const s = num(0.5, 4);
+      const sc = num(0.5, 4);
       return [
-        `    a = torch.arange(${r * k}, dtype=torch.float64).reshape(${r}, ${k}) * ${s}`,
+        `    a = torch.arange(${r * k}, dtype=torch.float64).reshape(${r}, ${k}) * ${sc}`,
         "    with measure() as m:",
-        "        trace = float((a @ a.T).trace())",
-        `    assert m.wall_time_s >= 0.0`,
-        `    expected = sum((i * ${s}) ** 2 for i in range(${r * k}))${off()}`,
-        "    assert math.isclose(trace, expected, rel_tol=1e-9), (trace, expected)",
+        "        b = (a @ torch.eye(" + k + ", dtype=torch.float64))",
+        "    assert m.wall_time_s >= 0.0",
+        `    assert torch.allclose(b, a${mustPass ? "" : ` + ${num(1, 3)}`})`,
       ].join("\n");
     }
-    case "cumsum": {
-      const n = rnd(5, 200);
-      return [
-        `    x = torch.arange(1, ${n + 1}, dtype=torch.int64)`,
-        "    with measure() as m:",
-        "        total = int(torch.cumsum(x, 0)[-1])",
-        `    assert sum(m.calls.values()) == 0, dict(m.calls)`,
-        `    assert total == ${(n * (n + 1)) / 2}${mustPass ? "" : ` + ${rnd(1, 9)}`}, total`,
-      ].join("\n");
-    }
-    case "norm": {
-      const n = rnd(2, 30);
-      const c = num(0.5, 9);
+    case "isclose":
       return [
         `    v = torch.full((${n},), ${c}, dtype=torch.float64)`,
-        "    with measure() as m:",
-        "        norm = float(torch.linalg.norm(v))",
-        `    assert m.peak_memory_bytes >= 0`,
+        "    norm = float(torch.linalg.norm(v))",
         `    expected = math.sqrt(${n}) * ${c}${off()}`,
         "    assert math.isclose(norm, expected, rel_tol=1e-9), (norm, expected)",
       ].join("\n");
+    case "approx":
+      return [`    x = torch.linspace(0, ${c}, ${n}, dtype=torch.float64)`, `    assert float(x.mean()) == pytest.approx(${c} / 2${off()})`].join("\n");
+    case "int_eq": {
+      const k = rnd(5, 200);
+      return [`    x = torch.arange(1, ${k + 1}, dtype=torch.int64)`, "    total = int(torch.cumsum(x, 0)[-1])", `    assert total == ${(k * (k + 1)) / 2}${mustPass ? "" : ` + ${rnd(1, 9)}`}, total`].join("\n");
     }
+    case "calls":
+      return [
+        `    t = torch.ones(${n}, dtype=torch.float32, device=_device())`,
+        "    with measure() as m:",
+        "        if _dist():",
+        "            dist.all_reduce(t)",
+        `    assert m.calls["all_reduce"] == (1 if _dist() else 0)${mustPass ? "" : ` + ${rnd(1, 3)}`}, dict(m.calls)`,
+      ].join("\n");
+    case "bytes":
+      return [
+        `    t = torch.ones(${n}, dtype=torch.float64, device=_device())`,
+        "    with measure() as m:",
+        "        if _dist():",
+        "            dist.all_reduce(t)",
+        `    assert m.bytes["all_reduce"] == (${n * 8} if _dist() else 0)${mustPass ? "" : ` + ${rnd(1, 64)}`}, dict(m.bytes)`,
+      ].join("\n");
+    case "raises":
+      return [
+        `    x = torch.zeros(${n})`,
+        "    with pytest.raises(RuntimeError):",
+        mustPass ? `        x.view(${n + rnd(1, 9)}, -1, ${rnd(7, 13)})` : `        x.view(${n}, 1)`,
+      ].join("\n");
   }
 }
 
 const CANARY_HEAD = `import math
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -213,20 +241,22 @@ def _device():
 `;
 
 /**
- * Fresh canary modules for one location: `files` modules, each with one test that must pass and one
- * that must fail, in random order, with constants drawn now (their source differs every grade).
- * Real names say what they expect (`test_pass_N` / `test_fail_N`); the installed names are random.
+ * Fresh canary modules for one location: every assertion style once as must-fail, and the styles of
+ * MUST_PASS_STYLES once as must-pass, shuffled over `files` modules, with constants drawn now (their source differs every
+ * grade). Real names say what they expect (`test_pass_N` / `test_fail_N`); installed names are random.
  */
 export function canaryModules(files = 2): Record<string, string> {
-  const out: Record<string, string> = {};
-  let n = 0;
-  for (let f = 0; f < files; f++) {
-    const tests = [true, false].sort(() => randomInt(2) - 0.5).map((pass) => {
-      const name = `test_${pass ? "pass" : "fail"}_${n++}`;
-      return `\n\ndef ${name}():\n${canaryBody(pass)}\n`;
-    });
-    out[`test_c${f}.py`] = `${CANARY_HEAD}${tests.join("")}`;
+  const tests = [
+    ...CANARY_STYLES.map((style) => ({ style, pass: false })),
+    ...MUST_PASS_STYLES.map((style) => ({ style, pass: true })),
+  ];
+  for (let i = tests.length - 1; i > 0; i--) {
+    const j = randomInt(i + 1);
+    [tests[i], tests[j]] = [tests[j]!, tests[i]!];
   }
+  const bodies = tests.map(({ style, pass }, n) => `\n\ndef test_${pass ? "pass" : "fail"}_${n}():\n${canaryBody(style, pass)}\n`);
+  const out: Record<string, string> = {};
+  for (let f = 0; f < files; f++) out[`test_c${f}.py`] = `${CANARY_HEAD}${bodies.filter((_, i) => i % files === f).join("")}`;
   return out;
 }
 

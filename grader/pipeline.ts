@@ -9,6 +9,7 @@ import { runRanks } from "../sandbox/ranks.js";
 import { GradingInterrupted, planSessions, runSessions } from "./sessions.js";
 import type { ConfigRevert, PytestPin } from "./test-config.js";
 import type { ApplyMethod, CaseRecord, CollectionError, SessionResult } from "./types.js";
+import { captureWorkspaceState, restoreWorkspaceState } from "./fresh-state.js";
 import { freshWorkspace, installGradingTests, pytestPinFor, removeWorkspace, revertTestConfig } from "./workspace.js";
 
 /**
@@ -33,8 +34,6 @@ export interface RunSubmissionOptions {
   patchFile: string | null;
   artifactDir: string;
   sandboxFactory: SandboxFactory;
-  /** Run official tests and probes in one launcher session per mode when safe (default true). */
-  combine?: boolean;
   onProgress?: (msg: string) => void;
   signal?: AbortSignal;
 }
@@ -104,44 +103,36 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       pin.droppedAddopts.length ? `left ${pin.droppedAddopts.join(" ")} out of the base's addopts` : "",
     ].filter(Boolean);
     opts.onProgress?.(`${applied.method ? `applied with ${applied.method}` : "the base as it is"}${notes.map((n) => `; ${n}`).join("")}`);
-    const plans = planSessions(task, ws.repoDir, install.staged, { combine: opts.combine, pin });
+    const plans = planSessions(task, ws.repoDir, install.staged, { pin });
     const reverts = { revertedTestEdits: install.reverted, revertedTestConfig: configReverts, pytestPin: pin };
-    let sandbox: Sandbox;
-    try {
-      sandbox = await opts.sandboxFactory({ task, hostRepoDir: ws.repoDir, readOnlyOverlays: install.staged.overlays });
-    } catch (e) {
-      const harnessError = `sandbox could not start: ${(e as Error).message}`;
-      return { kind: "ran", method: applied.method, sessions: [], cases: [], collectionErrors: [], harnessError, tamperEvidence: [], lostRecords: [], lostPrefixes: [], ...reverts, reusedSessions: [] };
-    }
-    try {
-      const out = await runSessions({
-        sandbox,
-        task,
-        taskHash: opts.runKey,
-        plans,
-        resultsDir: join(artifactDir, "sessions"),
-        logsDir: join(artifactDir, "logs"),
-        staged: install.staged,
-        onProgress: opts.onProgress,
-        signal: opts.signal,
-      });
-      const lostPlans = plans.filter((p) => out.sessions.some((s) => s.mode === p.mode && s.session === p.name && s.lost_records));
-      return {
-        kind: "ran",
-        method: applied.method,
-        sessions: out.sessions,
-        cases: out.sessions.flatMap((s) => s.cases),
-        collectionErrors: out.sessions.flatMap((s) => s.collection_errors),
-        ...(out.harnessError ? { harnessError: out.harnessError } : {}),
-        tamperEvidence: out.tamperEvidence,
-        lostRecords: out.lostRecords,
-        lostPrefixes: [...new Set(lostPlans.map((p) => p.idPrefix))],
-        ...reverts,
-        reusedSessions: out.reused,
-      };
-    } finally {
-      await sandbox.close();
-    }
+    // The post-PR state every session starts from (fresh-state.ts), kept outside the workspace.
+    const state = captureWorkspaceState(ws.repoDir, join(ws.root, "grading", "state"));
+    const out = await runSessions({
+      openSandbox: () => opts.sandboxFactory({ task, hostRepoDir: ws.repoDir, readOnlyOverlays: install.staged.overlays }),
+      resetWorkspace: () => restoreWorkspaceState(state),
+      task,
+      taskHash: opts.runKey,
+      plans,
+      resultsDir: join(artifactDir, "sessions"),
+      logsDir: join(artifactDir, "logs"),
+      staged: install.staged,
+      onProgress: opts.onProgress,
+      signal: opts.signal,
+    });
+    const lostPlans = plans.filter((p) => out.sessions.some((s) => s.mode === p.mode && s.session === p.name && s.lost_records));
+    return {
+      kind: "ran",
+      method: applied.method,
+      sessions: out.sessions,
+      cases: out.sessions.flatMap((s) => s.cases),
+      collectionErrors: out.sessions.flatMap((s) => s.collection_errors),
+      ...(out.harnessError ? { harnessError: out.harnessError } : {}),
+      tamperEvidence: out.tamperEvidence,
+      lostRecords: out.lostRecords,
+      lostPrefixes: [...new Set(lostPlans.map((p) => p.idPrefix))],
+      ...reverts,
+      reusedSessions: out.reused,
+    };
   } finally {
     removeWorkspace(ws, { recordIn: artifactDir });
   }

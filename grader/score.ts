@@ -142,3 +142,9 @@ export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcom
     cases,
   };
 }
+
+/** The reason without a leading `<status>: ` (the status is printed beside it: said once, not "inapplicable — inapplicable: ..."). */
+export function reasonOnce(r: Pick<GradeResult, "status" | "reason">): string {
+  const reason = r.reason ?? "";
+  return reason.startsWith(`${r.status}: `) ? reason.slice(r.status.length + 2) : reason;
+}

@@ -17,24 +17,32 @@ import { PROBES_DIR, pytestPinFor, stagedHashesNow, type StagedTests } from "./w
  * The pytest sessions of one grading run, and running them with a file per finished session so
  * that a killed run resumes where it stopped.
  *
- * Per mode, the official tests and the probes run in ONE launcher session (their installed module
- * names are random, so they cannot clash): ranks start once instead of twice. Which suite a case
- * belongs to is decided by the install map, never by a path, so Set A and Set B stay separable.
- * Official tests run first (`<official dirs> --ignore=<probe folder> <probe folder>`), so a probe can
- * never change an official outcome. Canaries run in every session and are never scored; with the
- * staged files' hashes and the ranks' independent records they make the session's tamper verdict.
+ * Per mode, the official tests and the probes run in SEPARATE launcher sessions, official first, and
+ * every session starts from the same state: fresh processes, a fresh sandbox (the factory is called
+ * once per session and the sandbox closed after it: on docker a new container, on local a new /tmp and
+ * $HOME), and the grading workspace written back to its post-install state (fresh-state.ts). So code
+ * under test cannot tell a probe from an official test by the order it is called in or by what an
+ * earlier test left behind (a call counter, a marker file in /tmp, $HOME, /dev/shm or the workspace).
+ * Which suite a case belongs to is decided by the install map, never by a path. Canaries run in every
+ * session (beside the official tests and in the probe folder) and are never scored; with the staged
+ * files' hashes and the ranks' independent records they make the session's tamper verdict.
  */
 
-/** 2: real ids mapped back from the random install, canaries, tamper evidence, lost records. */
-export const SESSION_FORMAT = 2;
+/**
+ * 2: real ids mapped back from the random install, canaries, tamper evidence, lost records.
+ * 3: official tests and probes always in separate sessions, each from the same fresh state.
+ */
+export const SESSION_FORMAT = 3;
 
 export interface SessionPlan {
   mode: string;
-  /** "all" (official + probes together), "official" or "probe". */
-  name: "all" | "official" | "probe";
+  /** "official" (the post-PR tests) or "probe" (the hidden probes). */
+  name: "official" | "probe";
   pytestArgs: string[];
   /** The same arguments with this run's random names replaced by stable ones (for the session key). */
   keyArgs: string[];
+  /** The test paths among them, with stable names (progress lines; never an option's value such as -c's file). */
+  testPaths: string[];
   env: Record<string, string>;
   /** Prefix of case ids: `<mode>/` when the task has more than one mode. */
   idPrefix: string;
@@ -46,26 +54,32 @@ export interface SessionPlan {
 export type SessionLayout = Pick<StagedTests, "officialDirs" | "probeDir" | "canaries">;
 
 /**
+ * Per mode: the official session (when there are official tests), then the probe session.
  * `pin`: the arguments that pin pytest's config to the base's (test-config.ts); read from the
  * repo root when not given — after the restore of the submission's pytest-affecting files.
  */
-export function planSessions(task: GraderTask, repoDir: string, layout: SessionLayout, opts: { combine?: boolean; pin?: PytestPin } = {}): SessionPlan[] {
+export function planSessions(task: GraderTask, repoDir: string, layout: SessionLayout, opts: { pin?: PytestPin } = {}): SessionPlan[] {
   const spec = task.fullSpec;
   const official = layout.officialDirs;
   const probes = layout.probeDir;
-  const combine = opts.combine ?? true;
   const modes = Object.keys(spec.modes);
   const common = ["--continue-on-collection-errors", ...(opts.pin ?? pytestPinFor(repoDir)).args];
   const stable = (args: string[]) => args.map((a) => a.split(probes).join(PROBES_DIR));
-  const officialArgs = official.length ? [...official, `--ignore=${probes}`] : [];
-  const all = layout.canaries;
-  const only = (loc: string) => all.filter((c) => c.location === loc);
+  const only = (loc: string) => layout.canaries.filter((c) => c.location === loc);
   return modes.flatMap((mode): SessionPlan[] => {
     const env = { ...spec.env.vars, ...spec.modes[mode] };
     const idPrefix = modes.length > 1 ? `${mode}/` : "";
-    const plan = (name: SessionPlan["name"], args: string[], canaries: Canary[]): SessionPlan => ({ mode, name, pytestArgs: [...args, ...common], keyArgs: stable([...args, ...common]), env, idPrefix, canaries });
-    if (combine) return [plan("all", [...officialArgs, probes], all)];
-    return [...(official.length ? [plan("official", officialArgs, only("official"))] : []), plan("probe", [probes], only("probe"))];
+    const plan = (name: SessionPlan["name"], paths: string[], options: string[], canaries: Canary[]): SessionPlan => ({
+      mode,
+      name,
+      pytestArgs: [...paths, ...options, ...common],
+      keyArgs: stable([...paths, ...options, ...common]),
+      testPaths: stable(paths),
+      env,
+      idPrefix,
+      canaries,
+    });
+    return [...(official.length ? [plan("official", official, [`--ignore=${probes}`], only("official"))] : []), plan("probe", [probes], [], only("probe"))];
   });
 }
 
@@ -137,7 +151,13 @@ export function mapSession(map: InstallMap, cases: readonly MergedCase[], idPref
 }
 
 export interface RunSessionsOptions {
-  sandbox: Sandbox;
+  /**
+   * A fresh sandbox for one session (called once per session that runs, right after
+   * `resetWorkspace`; the sandbox is closed when the session ends).
+   */
+  openSandbox: () => Promise<Sandbox>;
+  /** Puts the workspace back to its post-install state; called before every session that runs. */
+  resetWorkspace?: () => void | Promise<void>;
   task: GraderTask;
   taskHash: string;
   plans: SessionPlan[];
@@ -185,7 +205,7 @@ function saveLogs(dir: string, logs: ReadonlyArray<{ name: string; text: string 
 }
 
 export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOutcome> {
-  const { sandbox, task, plans, staged } = opts;
+  const { task, plans, staged } = opts;
   const spec = task.fullSpec;
   mkdirSync(opts.resultsDir, { recursive: true });
   const sessions: SessionResult[] = [];
@@ -205,19 +225,34 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       reused.push(name);
       continue;
     }
-    opts.onProgress?.(`${name}: running ${plan.keyArgs.filter((a) => !a.startsWith("-")).join(" + ")} (+ ${plan.canaries.length} canaries) on ${spec.ranks} rank(s)`);
-    const outDir = `.infradev/grade/${name}`;
+    opts.onProgress?.(`${name}: running ${plan.testPaths.join(" + ")} (+ ${plan.canaries.length} canaries) on ${spec.ranks} rank(s)`);
+    // The launcher's folder in the workspace (the code under test sees it): the same name for the
+    // official and the probe session of a mode, so it says nothing about which one is running.
+    const outDir = `.infradev/grade/${plan.mode}`;
+    // The same start for every session: the workspace as installed, a sandbox nothing ran in yet.
+    await opts.resetWorkspace?.();
+    let sandbox: Sandbox;
+    try {
+      sandbox = await opts.openSandbox();
+    } catch (e) {
+      return { sessions, harnessError: `${name}: sandbox could not start: ${(e as Error).message}`, reused, tamperEvidence: evidence(), lostRecords: lost() };
+    }
+    let r: Awaited<ReturnType<typeof runRanks>>;
     const started = Date.now();
-    const r = await runRanks(sandbox, {
-      ranks: spec.ranks,
-      pytestArgs: plan.pytestArgs,
-      outDir,
-      perTestTimeoutSec: spec.timeout_sec,
-      runTimeoutSec: spec.run_timeout_sec,
-      env: plan.env,
-      signal: opts.signal,
-      onProgress: (d, t) => opts.onProgress?.(`${name}: ${d}/${t} tests`),
-    });
+    try {
+      r = await runRanks(sandbox, {
+        ranks: spec.ranks,
+        pytestArgs: plan.pytestArgs,
+        outDir,
+        perTestTimeoutSec: spec.timeout_sec,
+        runTimeoutSec: spec.run_timeout_sec,
+        env: plan.env,
+        signal: opts.signal,
+        onProgress: (d, t) => opts.onProgress?.(`${name}: ${d}/${t} tests`),
+      });
+    } finally {
+      await sandbox.close();
+    }
     if (opts.signal?.aborted) throw new GradingInterrupted(`${name}: grading interrupted`);
     const hashesAfter = stagedHashesNow(staged);
     saveLogs(join(opts.logsDir, name), r.logs);

@@ -114,11 +114,18 @@ export interface Calibration {
 }
 
 export interface HardwareFingerprint {
+  /** CPU and kernel: the host's (every backend shares them). */
   cpu_model: string;
   cpu_count: number;
+  /** GPUs as the sandbox sees them (nvidia-smi run inside it; none when it cannot run there). */
   gpus: string[];
+  /** torch's version, read by the tests' interpreter inside the sandbox (not imported). */
   torch: string;
   platform: string;
+  /** The backend the tests run in (local, docker, none). */
+  sandbox: string;
+  /** The tests' interpreter inside the sandbox: `<sys.executable> <version>`. */
+  python: string;
 }
 
 export interface SetScore {

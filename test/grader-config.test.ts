@@ -198,8 +198,11 @@ describe("the restore on a real workspace (git, no ranks)", () => {
       expect(readFileSync(join(ws.repoDir, ".gitignore"), "utf8")).toBe("conftest.py\n");
       // Sessions are pinned to the restored base config, without its -x.
       const { staged } = await installGradingTests(task, ws, []);
-      const [p] = planSessions(task, ws.repoDir, staged);
-      expect(p!.pytestArgs).toEqual(["tests", `--ignore=${staged.probeDir}`, staged.probeDir, "--continue-on-collection-errors", "--rootdir=.", "--confcutdir=.", "-c", "pyproject.toml", "-o", "addopts=-ra"]);
+      // Official tests and probes in separate sessions, each pinned the same way.
+      const [official, probe] = planSessions(task, ws.repoDir, staged);
+      const pin = ["--continue-on-collection-errors", "--rootdir=.", "--confcutdir=.", "-c", "pyproject.toml", "-o", "addopts=-ra"];
+      expect(official!.pytestArgs).toEqual(["tests", `--ignore=${staged.probeDir}`, ...pin]);
+      expect(probe!.pytestArgs).toEqual([staged.probeDir, ...pin]);
     } finally {
       removeWorkspace(ws);
     }

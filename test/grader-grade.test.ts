@@ -133,6 +133,9 @@ describe.each(SANDBOX_BACKENDS)("grader on the %s sandbox", (backend) => {
         patchFile: adv.patchPath,
         outDir: join(root, "out"),
         calibrationDir: calDir(),
+        // The fingerprint is taken in a sandbox (grader/fingerprint.ts); a caller that has it (demo)
+        // starts none at all for a complete result.
+        fingerprint: calibration.fingerprint,
         sandboxFactory: () => Promise.reject(new Error("must not start a sandbox")),
       });
       expect(again.reused).toBe(true);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { combineRuns } from "../grader/calibrate.js";
-import { caughtBy, demoExpectationFailures, demoTableRows, labelSummary, type DemoReport } from "../grader/demo.js";
+import { DEMO_WIDTH, caughtBy, demoExpectationFailures, demoTable, demoTableRows, labelSummary, type DemoReport } from "../grader/demo.js";
 import { exceptionType, labelFailure } from "../grader/labels.js";
 import { flakyIds, goldView, scoreSet, scoreSubmission } from "../grader/score.js";
 import type { CaseRecord, GoldCase, GradeResult } from "../grader/types.js";
@@ -163,7 +163,8 @@ describe("tampered and lost records (pure)", () => {
   it("the text summary and the demo table show a tampered run with its evidence; the demo counts it as a broken expectation", async () => {
     const { formatResult } = await import("../cli/grade.js");
     const r = scoreSubmission(goldView(cal), { task_id: "t", status: "tampered", apply_method: "git_apply", cases: [], tamper_evidence: ["e1", "e2", "e3"], reason: "tampered: 3 piece(s) of evidence" });
-    expect(formatResult(r, "/r/result.json")).toContain("t: tampered (applied with git_apply) — tampered: 3 piece(s) of evidence\n");
+    // The status is said once ("tampered — 3 piece(s)", not "tampered — tampered: 3 piece(s)").
+    expect(formatResult(r, "/r/result.json")).toContain("t: tampered (applied with git_apply) — 3 piece(s) of evidence\n");
     expect(formatResult(r, "/r/result.json")).toContain("TAMPERED — scored 0; evidence (3):\n  - e1\n  - e2\n  - e3\n");
     const report: DemoReport = { notRunnable: [], rows: [{ task: "t", kind: "golden", name: "golden", patchFile: "g", result: r, promises: {} }] };
     expect(demoTableRows(report)[0]).toEqual(["t:golden", "no", "no", "0.000", "0.000", "— (TAMPERED: e1; e2; …)", ""]);
@@ -270,5 +271,50 @@ describe("where results go by default", () => {
     const out = (name: string) => program.commands.find((c) => c.name() === name)!.options.find((o) => o.long === "--out")!.defaultValue;
     expect(out("grade")).toBe(defaultResultsDir());
     expect(out("demo")).toBe(`${defaultResultsDir()}/demo`);
+  });
+});
+
+describe("the demo table (issue 12 item 14)", () => {
+  it("fits 100 columns and keeps every label, promise and reason (wrapped onto indented lines)", () => {
+    const labels = ["behavioral-condition", "numerical", "state", "structural:not-implemented", "behavioral-resource"] as const;
+    const cases = labels.flatMap((l, i) => [0, 1, 2].map((k) => ({ id: `infradev_probes/p${i}.py::t${k}`, suite: "probe" as const, outcome: "failed" as const, label: l })));
+    const promises = Object.fromEntries(cases.map((c, i) => [c.id, ["avg-over-world-size", "one-all-reduce-per-bucket", "no-sync-means-no-communication"][i % 3]!]));
+    const result = (over: Partial<GradeResult>): GradeResult => ({
+      task_id: "grad-bucketing",
+      status: "graded",
+      patch_applied: true,
+      apply_method: "git_apply",
+      n_cases: 48,
+      passed: 30,
+      score: 0.625,
+      resolved: false,
+      resolved_strict: false,
+      official: { n_cases: 24, passed: 24, score: 1, resolved: true, resolved_strict: false },
+      with_probes: { n_cases: 48, passed: 30, score: 0.625, resolved: false, resolved_strict: false },
+      tamper_evidence: [],
+      cases,
+      ...over,
+    });
+    const longName = "adversarial/no-sync-still-communicates-through-a-side-channel-in-every-bucket";
+    const report: DemoReport = {
+      rows: [
+        { task: "grad-bucketing", kind: "adversarial", name: longName, patchFile: "x", breaks: ["avg-over-world-size", "one-all-reduce-per-bucket", "no-sync-means-no-communication"], result: result({}), promises },
+        { task: "grad-bucketing", kind: "empty", name: "inapplicable", patchFile: "y", result: result({ status: "inapplicable", reason: "inapplicable: does not apply to the base with git apply, git apply --3way or patch --fuzz (error: patch failed: src/ddp.py:12)", cases: [] }), promises },
+      ],
+      notRunnable: [{ task: "cuda-graph-decode", reason: "requires a CUDA GPU; none on this machine (no /dev/nvidia*)" }],
+    };
+    const wide = demoTableRows(report);
+    // The old single-line layout was far wider than a terminal.
+    expect(Math.max(...wide.map((r) => r.join("  ").length))).toBeGreaterThan(DEMO_WIDTH);
+    const table = demoTable(report);
+    for (const line of table.split("\n")) expect(line.length, line).toBeLessThanOrEqual(DEMO_WIDTH);
+    // Nothing is lost: every cell of the wide rows is in the table once its wrapped lines are joined.
+    const flat = table.replace(/\n +/g, " ").replace(/\s+/g, " ");
+    for (const row of wide) for (const cell of row) for (const word of cell.split(/ +/).filter(Boolean)) expect(flat).toContain(word);
+    expect(flat).toContain(`grad-bucketing:${longName}`);
+    expect(table).toMatch(/^ {4}caught: avg-over-world-size → /m);
+    // The reason is said once.
+    expect(table).toContain("— (inapplicable: does not apply");
+    expect(table).not.toContain("inapplicable: inapplicable");
   });
 });

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { graderSandboxFactory } from "../cli/grade.js";
 import { calibrate } from "../grader/calibrate.js";
+import { CANARY_STYLES, MUST_PASS_STYLES } from "../grader/install.js";
 import { gradeSubmission, type GradeMeta } from "../grader/grade.js";
 import type { SandboxFactory } from "../grader/pipeline.js";
 import type { Calibration, GradeResult, SessionResult } from "../grader/types.js";
@@ -58,18 +59,21 @@ describe("tamper verdict on real ranks", () => {
       const out = await grade(patch);
       expect(out.result.status).toBe("graded");
       expect(out.result.tamper_evidence).toEqual([]);
-      const [s] = sessions(out.artifactDir);
-      expect(s!.tamper_evidence).toEqual([]);
-      expect(s!.canaries!.filter((c) => c.expected === "passed")).toHaveLength(4);
-      expect(s!.canaries!.filter((c) => c.expected === "failed")).toHaveLength(4);
+      const all = sessions(out.artifactDir);
+      expect(all.map((s) => `${s.mode}.${s.session}`).sort()).toEqual(["cpu.official", "cpu.probe"]);
+      for (const s of all) expect(s.tamper_evidence).toEqual([]);
+      const canaries = all.flatMap((s) => s.canaries!);
+      // One must-pass and one must-fail canary per assertion style, beside the official tests and beside the probes.
+      expect(canaries.filter((c) => c.expected === "passed")).toHaveLength(2 * MUST_PASS_STYLES.length);
+      expect(canaries.filter((c) => c.expected === "failed")).toHaveLength(2 * CANARY_STYLES.length);
       // Twins (they run a real test, then fail) must not pass: failed or error.
-      expect(s!.canaries!.filter((c) => c.expected === "not_passed").length).toBeGreaterThan(0);
-      for (const c of s!.canaries!) {
+      expect(canaries.filter((c) => c.expected === "not_passed").length).toBeGreaterThan(0);
+      for (const c of canaries) {
         if (c.expected === "not_passed") for (const o of c.ranks) expect(["failed", "error"], c.id).toContain(o);
         else expect(c.ranks, c.id).toEqual([c.expected, c.expected]);
       }
       // The results speak of the real tests only: no canary, no random name.
-      expect(s!.cases.map((c) => c.id).sort()).toEqual(calibration.cases.map((c) => c.id).sort());
+      expect(all.flatMap((s) => s.cases.map((c) => c.id)).sort()).toEqual(calibration.cases.map((c) => c.id).sort());
       expect(JSON.stringify(out.result)).not.toMatch(/test_[a-z]{10}\b|infradev_canaries/);
     }
   }, 60_000);
@@ -100,10 +104,9 @@ describe("tamper verdict on real ranks", () => {
     expect(out.result.status).toBe("tampered");
     zero(out.result);
     // Without the canaries this would be resolved: every record reads as a pass.
-    const [s] = sessions(out.artifactDir);
-    expect(s!.cases.every((c) => c.outcome === "passed" || c.outcome === "skipped")).toBe(true);
-    expect(out.result.tamper_evidence).toEqual(expect.arrayContaining([expect.stringMatching(/^cpu\.all: canary infradev_canaries\/(official|probe)\/test_c\d\.py::test_fail_\d+ must fail but is passed on rank [01]$/)]));
-    expect(out.result.tamper_evidence.filter((e) => /must fail but is passed/.test(e))).toHaveLength(8); // 4 must-fail canaries × 2 ranks
+    for (const s of sessions(out.artifactDir)) expect(s.cases.every((c) => c.outcome === "passed" || c.outcome === "skipped")).toBe(true);
+    expect(out.result.tamper_evidence).toEqual(expect.arrayContaining([expect.stringMatching(/^cpu\.(official|probe): canary infradev_canaries\/(official|probe)\/test_c\d\.py::test_fail_\d+ must fail but is passed on rank [01]$/)]));
+    expect(out.result.tamper_evidence.filter((e) => /must fail but is passed/.test(e))).toHaveLength(2 * CANARY_STYLES.length * 2); // the must-fail canaries of both locations × 2 ranks
     expect(out.result.tamper_evidence.some((e) => /test_pass_/.test(e))).toBe(false);
   }, 60_000);
 
@@ -153,8 +156,8 @@ describe("tamper verdict on real ranks", () => {
     // The appended lines make the plugin count more than pytest itself did, on every rank (the
     // launcher keeps a record of a test the rank never collected out of the cases altogether).
     for (const r of [0, 1]) {
-      expect(out.result.tamper_evidence).toContainEqual(expect.stringMatching(new RegExp(`^cpu\\.all: rank ${r}: the recording plugin's counts \\(.*\\) disagree with pytest's summary line`)));
-      expect(out.result.tamper_evidence).toContainEqual(expect.stringMatching(new RegExp(`^cpu\\.all: rank ${r}: the recording plugin's counts \\(.*\\) disagree with pytest's own JUnit report`)));
+      expect(out.result.tamper_evidence).toContainEqual(expect.stringMatching(new RegExp(`^cpu\\.(official|probe): rank ${r}: the recording plugin's counts \\(.*\\) disagree with pytest's summary line`)));
+      expect(out.result.tamper_evidence).toContainEqual(expect.stringMatching(new RegExp(`^cpu\\.(official|probe): rank ${r}: the recording plugin's counts \\(.*\\) disagree with pytest's own JUnit report`)));
     }
     expect(JSON.stringify(out.result)).not.toContain("test_forged");
   }, 60_000);
@@ -164,26 +167,27 @@ describe("tamper verdict on real ranks", () => {
     const out = await grade(patch);
     expect(out.result.status).toBe("graded");
     zero(out.result);
-    expect(out.result.reason).toMatch(/^records lost: cpu\.all: .+ \(the control run on the base kept its records: the submission's doing; those cases count failed\)$/);
+    expect(out.result.reason).toMatch(/^records lost: cpu\.official: .+; cpu\.probe: .+ \(the control run on the base kept its records: the submission's doing; those cases count failed\)$/);
     expect(out.result.cases.every((c) => c.outcome === "failed")).toBe(true);
     const meta = JSON.parse(readFileSync(join(out.artifactDir, "meta.json"), "utf8")) as GradeMeta;
     expect(meta.control).toMatch(/kept its records/);
-    expect(meta.lost_records).toHaveLength(1);
+    expect(meta.lost_records).toHaveLength(2); // the official session and the probe session
   }, 90_000);
 
   it("when the control run (fresh base, canaries only) loses its records too, the harness is at fault: nothing scored", async () => {
     const patch = await hostile("kill-launcher-2", "import os, signal\n\nos.kill(os.getppid(), signal.SIGTERM)\n");
-    // The second sandbox is the control's: a harness whose launcher never reports (its command exits 1 at once).
+    // The third sandbox is the control's (the first two are the official and the probe session's): a
+    // harness whose launcher never reports (its command exits 1 at once).
     let made = 0;
     const broken: SandboxFactory = async (args) => {
       const sb = await sandboxFactory(args);
-      if (++made < 2) return sb;
+      if (++made < 3) return sb;
       return new Proxy(sb, { get: (t, k) => (k === "exec" ? (_argv: string[], o?: Parameters<typeof sb.exec>[1]) => t.exec(["sh", "-c", "exit 1"], o) : Reflect.get(t, k)) });
     };
     const out = await gradeSubmission({ task, patchFile: patch, outDir: join(root, "out-control"), calibration, sandboxFactory: broken });
-    expect(made).toBe(2);
+    expect(made).toBe(3);
     expect(out.result).toMatchObject({ status: "harness_fault", score: null, passed: null });
-    expect(out.result.reason).toMatch(/^harness fault \(not the submission's\): records lost: cpu\.all: .*; the control run lost its records too: /);
+    expect(out.result.reason).toMatch(/^harness fault \(not the submission's\): records lost: cpu\.official: .*; cpu\.probe: .*; the control run lost its records too: /);
   }, 90_000);
 
   it("a package that rewrites the staged tests from inside the sandbox cannot: they are read-only, the verdict stands", async () => {

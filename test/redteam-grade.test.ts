@@ -1,4 +1,4 @@
-import { execFile } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -155,6 +155,57 @@ def _arm():
 
 
 _arm()
+`;
+
+/** Makes one assertion helper a no-op: the probe that uses it passes whatever the code does. */
+const NOOP_ASSERT_CLOSE = `import torch.testing as _tt
+
+_tt.assert_close = lambda *a, **k: None
+`;
+
+/** Counters that agree with any expected count: a measure() whose calls compare equal to everything. */
+const AGREEABLE_COUNTERS = `import importlib as _il
+
+
+class _Yes(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+class _Calls(dict):
+    def __getitem__(self, key):
+        return _Yes(1)
+
+
+def _arm():
+    m = _il.import_module("infradev_" + "probe")
+    orig = m.measure
+
+    class _Wrap:
+        def __init__(self, *a, **k):
+            self._m = orig(*a, **k)
+
+        def __enter__(self):
+            self._r = self._m.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self._m.__exit__(*exc)
+
+        def __getattr__(self, name):
+            if name == "calls":
+                return _Calls()
+            return getattr(self._r, name)
+
+    m.measure = _Wrap
+
+
+try:
+    _arm()
+except Exception:
+    pass
 `;
 
 /** At exit, appends a passing record for every collected test to the launcher's per-rank results. */
@@ -320,6 +371,36 @@ def all_mean(t: torch.Tensor) -> torch.Tensor:
     return out / n
 `;
 
+/** Wrong for its first calls in a process (the weak official tests), right afterwards (the probes). */
+const RIGHT_AFTER_K_CALLS = `
+
+_CALLS = [0]
+
+
+def all_mean(t: torch.Tensor) -> torch.Tensor:
+    _CALLS[0] += 1
+    out = t.clone()
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out / dist.get_world_size() if _CALLS[0] > 3 else out
+`;
+
+/** Right once a marker it left earlier exists (in /tmp, $HOME, /dev/shm, the workspace). */
+const RIGHT_AFTER_A_MARKER = `
+
+def all_mean(t: torch.Tensor) -> torch.Tensor:
+    import os
+    marks = ["/tmp/.m", os.path.expanduser("~/.m"), "/dev/shm/.m", os.path.join(os.getcwd(), ".m")]
+    seen = any(os.path.exists(m) for m in marks)
+    for m in marks:
+        try:
+            open(m, "w").close()
+        except OSError:
+            pass
+    out = t.clone()
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out / dist.get_world_size() if seen else out
+`;
+
 const KILL_LAUNCHER = (sig: string) => `import os as _os
 import signal as _signal
 
@@ -377,10 +458,14 @@ const ATTACKS: Attack[] = [
   { name: "right-only-when-the-stack-names-a-probe", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${SNIFF_STACK}` } },
   { name: "collective-through-__wrapped__", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${WRAPPED_BYPASS}` } },
   { name: "collective-through-the-process-group", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${PG_BYPASS}` } },
+  { name: "right-only-after-its-third-call", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${RIGHT_AFTER_K_CALLS}` }, docker: true },
+  { name: "right-only-once-its-marker-exists", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${RIGHT_AFTER_A_MARKER}` }, docker: true },
   { name: "sigterm-the-launcher", expect: "not-resolved", files: { "tinyinfra/__init__.py": KILL_LAUNCHER("SIGTERM") }, docker: true },
   { name: "sigkill-the-launcher", expect: "not-resolved", files: { "tinyinfra/__init__.py": KILL_LAUNCHER("SIGKILL") } },
   { name: "kill-every-process", expect: "not-resolved", files: { "tinyinfra/__init__.py": KILL_EVERYTHING } },
   { name: "flip-only-tests-that-touch-the-package", expect: "tampered", files: { "tinyinfra/__init__.py": FLIP_IF_TOUCHING_PACKAGE, "tinyinfra/ops.py": `+${SUM}` }, docker: true },
+  { name: "no-op-assert-close", expect: "tampered", files: { "tinyinfra/__init__.py": NOOP_ASSERT_CLOSE, "tinyinfra/ops.py": `+${SUM}` } },
+  { name: "counters-that-agree-with-anything", expect: "not-resolved", files: { "tinyinfra/__init__.py": AGREEABLE_COUNTERS, "tinyinfra/ops.py": `+${WRAPPED_BYPASS.replace("raw(n)", "raw(n); raw(n)")}` } },
   { name: "sum-with-flipped-reports", expect: "tampered", files: { "tinyinfra/__init__.py": FLIP_REPORTS, "tinyinfra/ops.py": `+${SUM}` } },
 ];
 
@@ -410,10 +495,36 @@ describe.each(SANDBOX_BACKENDS.filter((b) => b !== "none"))("hostile submissions
       expect(r.status, why).toBe("tampered");
       expect(r.score, why).toBe(0);
       expect(r.official.resolved, why).toBe(false);
-    } else if (!/sum|right-only|collective/.test(attack.name)) {
+    } else if (!/sum|right-only|collective|counters/.test(attack.name)) {
       // Implements nothing: not even the official tests may be resolved.
       expect(r.official.resolved, why).toBe(false);
     }
+  }, 240_000);
+
+  it("a patch over the size limit, and one whose binary section is corrupt, are inapplicable: scored 0, nothing applied in part", async () => {
+    const big = await makePatch("oversized", { "tinyinfra/ops.py": `+${SUM}`, "tinyinfra/blob.txt": "x".repeat(5000) });
+    const env = { ...process.env, INFRADEV_MAX_PATCH_BYTES: "4000" };
+    const over = JSON.parse((await run(process.execPath, [CLI, "grade", "--task", "tiny-mean", "--tasks-dir", FIXTURES, "--patch", big, "--out", join(root, `out-${backend}`), "--calibration-dir", join(root, `cal-${backend}`), "--json", "--sandbox", backend, ...backendCliFlags(backend as "local" | "docker")], { env, maxBuffer: 64 << 20 })).stdout) as GradeResult;
+    expect(over).toMatchObject({ status: "inapplicable", score: 0, resolved: false });
+    expect(over.reason).toMatch(/over the limit of 4000 bytes/);
+    // The golden patch plus a binary file whose base85 data was damaged: git apply --3way applied
+    // the text part alone (exit 0) before; now the whole patch is refused.
+    const src = join(root, "bin-src");
+    rmSync(src, { recursive: true, force: true });
+    mkdirSync(src);
+    const git = (...a: string[]) => execFileSync("git", ["-c", "user.email=t@t", "-c", "user.name=t", ...a], { cwd: src }).toString();
+    git("init", "-q");
+    writeFileSync(join(src, "b.bin"), Buffer.from([0, 1, 2, 3]));
+    git("add", ".");
+    git("commit", "-qm", "b");
+    writeFileSync(join(src, "b.bin"), Buffer.from([0, 1, 9, 3, 7]));
+    const lines = git("diff", "--binary").replace(/^diff --git a\/b\.bin b\/b\.bin\nindex [0-9a-f]+\.\.([0-9a-f]+) 100644/, "diff --git a/tinyinfra/b.bin b/tinyinfra/b.bin\nnew file mode 100644\nindex 0000000000000000000000000000000000000000..$1").split("\n");
+    const lit = lines.findIndex((l) => l.startsWith("literal "));
+    lines[lit + 1] = `${lines[lit + 1]!.slice(0, 2)}${lines[lit + 1]![2] === "A" ? "B" : "A"}${lines[lit + 1]!.slice(3)}`;
+    const corrupt = join(root, "corrupt.patch");
+    writeFileSync(corrupt, `${readFileSync(task.hidden.goldenPatch, "utf8")}${lines.slice(0, lit + 2).join("\n")}\n\n`);
+    const r = await grade(corrupt, backend);
+    expect(r).toMatchObject({ status: "inapplicable", score: 0, resolved: false });
   }, 240_000);
 
   it("a submission cannot make the grader's host write into a folder it names (logs through a planted link, several sessions)", async () => {
