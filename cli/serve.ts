@@ -2,7 +2,9 @@ import { resolve } from "node:path";
 import type { Command } from "commander";
 import { createLogger } from "../lib/logger.js";
 import type { SandboxKind } from "../sandbox/types.js";
+import type { PublicTask } from "../tasks/loader.js";
 import { DEFAULT_HTTP_PORT } from "../server/defaults.js";
+import { SKIP_RUNNABLE_FLAG, requireRunnableHere, taskPython } from "../tasks/runnable.js";
 import type { SandboxFactory } from "../server/session.js";
 import { addDockerOptions, dockerOptionsFromFlags, localOptionsFromFlags, type DockerCliOptions, type DockerFlags } from "./sandbox-options.js";
 import { UsageError } from "../lib/errors.js";
@@ -81,7 +83,8 @@ export function registerServeCommands(program: Command): void {
     .option("--sandbox <kind>", "local (bubblewrap) | docker | none (no isolation at all)", "local")
     .option("--runs-dir <dir>", "where runs/<run-id>/ folders go", process.env.INFRADEV_RUNS_DIR ?? "runs")
     .option("--resume <run-id>", "reopen an existing run (same workspace, trace appended)")
-    .option("--python <path>", "Python interpreter inside the sandbox (default: the task's env.python)")
+    .option("--python <path>", "Python interpreter inside the sandbox (default: $INFRADEV_PYTHON, else the task's env.python)")
+    .option(SKIP_RUNNABLE_FLAG, "serve a task this machine cannot run (no GPU, interpreter missing): for experts")
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
     .option("--http", "serve Streamable HTTP at http://<host>:<port>/mcp instead of stdio (bearer token required)")
     .option("--port <n>", `with --http: TCP port (default ${DEFAULT_HTTP_PORT}, the one \`connect --http\` assumes; 0: a free one, printed at start)`)
@@ -89,7 +92,7 @@ export function registerServeCommands(program: Command): void {
     .option("--token-file <file>", `with --http: read the token from this file (default: $INFRADEV_HTTP_TOKEN, else a random one in runs/<run-id>/http-token)`)
     .option("--print-token", "with --http: put the token itself in the start-up line");
   addDockerOptions(cmd, { localPidsLimit: true }).action(
-    async (opts: DockerFlags & { task?: string; sandbox: string; runsDir: string; resume?: string; python?: string; tasksDir?: string } & HttpFlags) => {
+    async (opts: DockerFlags & { task?: string; sandbox: string; runsDir: string; resume?: string; python?: string; tasksDir?: string; skipRunnableCheck?: boolean } & HttpFlags) => {
       if (!KINDS.includes(opts.sandbox as SandboxKind)) throw new UsageError(`serve: --sandbox must be one of ${KINDS.join(", ")} (got "${opts.sandbox}")`);
       const logger = createLogger("infradev-serve");
       if (opts.sandbox === "none") logger.warn("--sandbox none: commands run as plain processes on this host; NOTHING is isolated");
@@ -105,6 +108,9 @@ export function registerServeCommands(program: Command): void {
           python: opts.python,
           logger,
           createSandbox: makeSandboxFactory(dockerOptionsFromFlags(opts), localOptionsFromFlags(opts)),
+          // A task this machine cannot run is refused before a run is made (exit 2), as grade does.
+          checkTask: (task: PublicTask) =>
+            requireRunnableHere(task, { command: "", skipCheck: opts.skipRunnableCheck, python: taskPython(task.spec, opts.python).python, sandbox: opts.sandbox }),
         };
         // The transports are imported here: stdio never loads the HTTP stack.
         if (opts.http) {

@@ -3,6 +3,7 @@ import type { Logger } from "../lib/logger.js";
 import { bundledTasksDir } from "../lib/paths.js";
 import type { Sandbox, SandboxKind } from "../sandbox/types.js";
 import { loadPublicTask, resolveTaskDir, type PublicTask } from "../tasks/loader.js";
+import { taskPython } from "../tasks/runnable.js";
 import type { ToolDeps } from "../tools/index.js";
 import type { Skill } from "../tools/support/deps.js";
 import { workspaceDiff } from "../tools/support/workspace-diff.js";
@@ -42,6 +43,11 @@ export interface SessionOptions {
   python?: string;
   logger: Logger;
   createSandbox: SandboxFactory;
+  /**
+   * Called with the task as soon as it is loaded, before anything is made or served: `serve` refuses
+   * a task this machine cannot run here (it throws; startSession throws it on).
+   */
+  checkTask?: (task: PublicTask) => void;
 }
 
 export interface Session {
@@ -93,6 +99,7 @@ export function startSession(opts: SessionOptions): StartedSession {
   const taskRef = opts.taskId ?? (opts.resume !== undefined ? resumedTaskRef(opts.runsDir, opts.resume) : undefined);
   if (taskRef === undefined) throw new Error("serve: --task is required (or --resume <run-id>, whose run names its task)");
   const task = loadPublicTask(taskRef, opts.tasksRoot);
+  opts.checkTask?.(task);
   const skill = loadSkill();
   // The run's folder exists before anything is served (whoever watches the runs folder sees it at once).
   const reserved = opts.resume === undefined ? reserveRun(task.id, opts.runsDir) : undefined;
@@ -155,7 +162,8 @@ async function buildSession(opts: SessionOptions & { taskId: string }, task: Pub
     readOnlyMounts: baseHost ? [{ host: baseHost, sandbox: SANDBOX_BASE_DIR }] : [],
     hiddenPaths,
     logDir: paths.logsDir,
-    python: opts.python ?? task.spec.env.python,
+    // The one interpreter rule (tasks/runnable.ts): --python, else $INFRADEV_PYTHON, else task.yaml's env.python.
+    python: taskPython(task.spec, opts.python).python,
     sessionId: paths.runId,
     task,
     logger: opts.logger,

@@ -9,7 +9,7 @@
  *   - `serve --resume <run-id>` without --task reopens the run's own task (its folder recorded).
  */
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { createServer as createNetServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -246,6 +246,35 @@ describe("serve --http's default port", () => {
       child.kill("SIGTERM");
       await gone;
     }
+  }, 60_000);
+});
+
+describe("a task this machine cannot run", () => {
+  it("is refused before a run is made (exit 2, the reason); with --python naming one that exists it is served", async () => {
+    const tasksDir = join(tmp, "unrunnable-tasks");
+    cpSync(join(FIXTURES, "tiny-mean"), join(tasksDir, "tiny-mean"), { recursive: true });
+    const yaml = join(tasksDir, "tiny-mean", "task.yaml");
+    writeFileSync(yaml, `${readFileSync(yaml, "utf8")}env: { python: /nonexistent/bin/python3 }\n`);
+    const runsDir = join(tmp, "unrunnable-runs");
+    const env = { ...process.env, INFRADEV_LOG_LEVEL: "warn" };
+    delete env.INFRADEV_PYTHON; // the interpreter rule would take it over task.yaml's
+    const r = spawnSync(process.execPath, [cli, "serve", "--task", "tiny-mean", "--tasks-dir", tasksDir, "--sandbox", "none", "--runs-dir", runsDir], { encoding: "utf8", timeout: 30_000, input: "", env });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/^infradev serve: task tiny-mean cannot run on this machine: needs the Python interpreter \/nonexistent\/bin\/python3, which is missing here.*--skip-runnable-check/m);
+    expect(r.stdout).toBe("");
+    expect(existsSync(runsDir) ? readdirSync(runsDir) : []).toEqual([]);
+    // --python names one that exists: runnable, served.
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [cli, "serve", "--task", "tiny-mean", "--tasks-dir", tasksDir, "--sandbox", "none", "--runs-dir", runsDir, "--python", "/usr/bin/python3"],
+      env: env as Record<string, string>,
+      stderr: "pipe",
+    });
+    const client = new Client({ name: "startup-test", version: "0" });
+    await client.connect(transport);
+    const shell = (await client.callTool({ name: "run_shell", arguments: { command: "true" } })) as CallToolResult;
+    expect(shell.isError, text(shell)).toBeFalsy();
+    await client.close();
   }, 60_000);
 });
 
