@@ -4,6 +4,7 @@ import { dirname, join, resolve } from "node:path";
 import type { Command } from "commander";
 import { parse as parseToml } from "smol-toml";
 import { packageRoot } from "../lib/paths.js";
+import { DEFAULT_HTTP_PORT } from "../server/defaults.js";
 import { loopbackListenHost, MCP_PATH, TOKEN_ENV } from "../server/http.js";
 import { loadPublicTask } from "../tasks/loader.js";
 import type { Harness } from "./skill.js";
@@ -91,8 +92,8 @@ export function opencodeConfig(o: ConnectOptions, runTimeoutSec: number, layout:
   return opencodeEntry({ type: "local", command: serveArgv(o) }, runTimeoutSec, layout);
 }
 
-/** The port `connect --http` writes into the config (the server must be started with it). */
-export const CONNECT_HTTP_PORT = 8741;
+/** The port `connect --http` writes into the config: `serve --http` listens there without --port. */
+export const CONNECT_HTTP_PORT = DEFAULT_HTTP_PORT;
 
 /** The URL of `serve --http --host <host> --port <port>`. */
 export function httpUrl(host: string, port: number): string {

@@ -8,12 +8,15 @@ export const SERVER_VERSION = "0.1.0";
 
 export type ServerDeps = ToolDeps;
 
-/** The MCP server for one task session. Every dependency is an argument; nothing is global. */
-export function createServer(deps: ServerDeps): McpServer {
+/**
+ * The MCP server for one task session. Every dependency is an argument; nothing is global. With deps
+ * still being built (`deps.ready`), pass the sandbox kind: the instructions name it.
+ */
+export function createServer(deps: ServerDeps, opts: { sandboxKind?: string } = {}): McpServer {
   const server = new McpServer(
     { name: SERVER_NAME, version: SERVER_VERSION, title: "InfraDev" },
     {
-      instructions: serverInstructions(deps.task, deps.sandbox.kind),
+      instructions: serverInstructions(deps.task, opts.sandboxKind ?? deps.sandbox.kind),
       capabilities: { tools: {}, prompts: {}, resources: {}, logging: {} },
     },
   );

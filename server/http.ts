@@ -9,7 +9,7 @@ import type { Logger } from "../lib/logger.js";
 import { createServer } from "./create-server.js";
 import { SessionEventStore, type EventStoreLimits } from "./event-store.js";
 import { InFlightToolCalls } from "./in-flight.js";
-import { openSession, type SessionOptions } from "./session.js";
+import { startSession, type Session, type SessionOptions, type StartedSession } from "./session.js";
 
 /** The one MCP endpoint. */
 export const MCP_PATH = "/mcp";
@@ -102,6 +102,8 @@ export interface HttpServerOptions {
   tokenHint?: string;
   /** What each MCP session keeps for resuming clients (default DEFAULT_EVENT_STORE_LIMITS). */
   eventStoreLimits?: EventStoreLimits;
+  /** The error when the port is taken (default: names --port); `serve` without --port says to pass one to serve and connect. */
+  portInUseMessage?: string;
 }
 
 export interface HttpServerHandle {
@@ -198,7 +200,7 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
   });
   await new Promise<void>((resolve, reject) => {
     httpServer.once("error", (e: NodeJS.ErrnoException) =>
-      reject(new Error(e.code === "EADDRINUSE" ? `--port ${opts.port}: already in use on ${listenHost}; pick another port, or 0 for a free one` : `cannot listen on ${listenHost}:${opts.port}: ${e.message}`)),
+      reject(new Error(e.code === "EADDRINUSE" ? (opts.portInUseMessage ?? `--port ${opts.port}: already in use on ${listenHost}; pick another port, or 0 for a free one`) : `cannot listen on ${listenHost}:${opts.port}: ${e.message}`)),
     );
     httpServer.listen({ host: listenHost, port: opts.port, exclusive: true }, resolve);
   });
@@ -232,6 +234,8 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
 export interface ServeHttpOptions extends SessionOptions {
   host: string;
   port: number;
+  /** The port was not asked for (`serve --http` without --port): a taken port says to pass --port to both serve and connect. */
+  defaultPort?: boolean;
   tokenFile?: string;
   /** Put the token itself in the start-up line (for scripts that cannot read the token file). */
   printToken?: boolean;
@@ -251,22 +255,41 @@ export async function serveHttp(opts: ServeHttpOptions): Promise<void> {
   delete process.env[TOKEN_ENV];
   if (source.kind === "file" && (statSync(source.path).mode & 0o077) !== 0) log.warn({ file: source.path }, "the token file is readable by other users; chmod 600 it");
 
-  const session = await openSession(opts);
-  const tokenFile = join(session.session.runDir, TOKEN_FILE_NAME);
-  const tokenWhere = source.kind === "generated" ? tokenFile : source.kind === "env" ? `$${TOKEN_ENV}` : source.path;
-  let http: HttpServerHandle;
+  // Listen first: a taken port fails before a run is made. Requests wait for the session.
+  let started: StartedSession | null = null;
+  const tokenHint = () => {
+    const runDir = built?.session.runDir;
+    return source.kind === "generated" ? (runDir ? join(runDir, TOKEN_FILE_NAME) : `runs/<run-id>/${TOKEN_FILE_NAME}`) : source.kind === "env" ? `$${TOKEN_ENV}` : source.path;
+  };
+  let built: Session | null = null;
+  const http = await startHttpServer({
+    host: opts.host,
+    port: opts.port,
+    token,
+    createMcpServer: () => {
+      if (!started) throw new Error("the session is not started yet");
+      return createServer(started.deps, { sandboxKind: opts.sandboxKind });
+    },
+    logger: log,
+    get tokenHint() {
+      return `the token is in ${tokenHint()} on the server's host`;
+    },
+    ...(opts.defaultPort ? { portInUseMessage: `port ${opts.port} is in use: pass --port N to both serve and connect` } : {}),
+  });
+  let session: Session;
   try {
-    http = await startHttpServer({
-      host: opts.host,
-      port: opts.port,
-      token,
-      createMcpServer: () => createServer(session.deps),
-      logger: log,
-      tokenHint: `the token is in ${tokenWhere} on the server's host`,
-    });
-    if (source.kind === "generated") writeTokenFile(tokenFile, token);
+    started = startSession(opts);
+    session = built = await started.ready;
+  } catch (e) {
+    await http.close();
+    throw e;
+  }
+  const tokenWhere = tokenHint();
+  try {
+    if (source.kind === "generated") writeTokenFile(join(session.session.runDir, TOKEN_FILE_NAME), token);
   } catch (e) {
     await session.finish("start failed");
+    await http.close();
     throw e;
   }
 

@@ -1,7 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { createSnapshot } from "../tasks/snapshot.js";
 import type { PublicTask } from "../tasks/loader.js";
 import type { RunSession } from "../tools/support/deps.js";
 import { isRealFolderInside } from "../lib/safe-fs.js";
@@ -32,6 +31,8 @@ interface SessionFile {
   schema_version: 1;
   run_id: string;
   task_id: string;
+  /** The task folder the run was created from (absolute); absent in runs made before it was recorded. */
+  task_dir?: string;
   base_commit: string;
   created_at: string;
   resumed_at: string[];
@@ -121,8 +122,35 @@ export interface OpenRunOptions {
   /** Reopen this run instead of creating a new one. */
   resume?: string;
   now?: Date;
+  /** A new run's folder made already (reserveRun): `serve` names the run before it answers `initialize`. */
+  reserved?: RunPaths;
+  /** The task's folder, recorded in a new run's session.json (`serve --resume` without `--task` reads it). */
+  taskDir?: string;
   /** Long steps of creating the workspace (a first clone of a git source). */
   onProgress?: (msg: string) => void;
+}
+
+/**
+ * The task of an existing run, for `serve --resume <run-id>` without `--task`: the folder recorded
+ * in its session.json when it still holds a task.yaml, else the task id (looked up in the tasks
+ * folder as usual). Throws the same clear errors as a resume does.
+ */
+export function resumedTaskRef(runsDir: string, runId: string): string {
+  const paths = runPaths(runsDir, runId);
+  if (!existsSync(paths.sessionFile)) {
+    throw new Error(`--resume ${runId}: no run there (${paths.sessionFile} is missing); runs are folders of ${resolve(runsDir)}`);
+  }
+  const state = JSON.parse(readFileSync(paths.sessionFile, "utf8")) as SessionFile;
+  if (typeof state.task_id !== "string") throw new Error(`--resume ${runId}: ${paths.sessionFile} names no task_id; pass --task`);
+  if (typeof state.task_dir === "string" && existsSync(join(state.task_dir, "task.yaml"))) return state.task_dir;
+  return state.task_id;
+}
+
+/** Picks a new run id and makes its (empty) folder, synchronously; openRun({ reserved }) fills it. */
+export function reserveRun(taskId: string, runsDir: string, now?: Date): RunPaths {
+  const paths = runPaths(runsDir, newRunId(taskId, now));
+  mkdirSync(paths.runDir, { recursive: true });
+  return paths;
 }
 
 /** Creates runs/<new-id>/ with the workspace at base, or reopens runs/<resume>/ as it was left. */
@@ -142,13 +170,15 @@ export async function openRun(opts: OpenRunOptions): Promise<{ session: RunDirSe
     writeJsonAtomic(paths.sessionFile, resumed);
     return { session: new RunDirSession(paths, resumed), resumed: true };
   }
-  const paths = runPaths(opts.runsDir, newRunId(opts.task.id, opts.now));
-  mkdirSync(paths.runDir, { recursive: true });
+  const paths = opts.reserved ?? reserveRun(opts.task.id, opts.runsDir, opts.now);
+  // Imported here (git client): `serve` answers `initialize` before it builds the run.
+  const { createSnapshot } = await import("../tasks/snapshot.js");
   const snap = await createSnapshot(opts.task, paths.workspaceDir, { onProgress: opts.onProgress });
   const state: SessionFile = {
     schema_version: 1,
     run_id: paths.runId,
     task_id: opts.task.id,
+    ...(opts.taskDir ? { task_dir: resolve(opts.taskDir) } : {}),
     base_commit: snap.baseCommit,
     created_at: (opts.now ?? new Date()).toISOString(),
     resumed_at: [],

@@ -3,10 +3,11 @@ import type { Logger } from "../lib/logger.js";
 import { bundledTasksDir } from "../lib/paths.js";
 import type { Sandbox, SandboxKind } from "../sandbox/types.js";
 import { loadPublicTask, resolveTaskDir, type PublicTask } from "../tasks/loader.js";
+import { taskPython } from "../tasks/runnable.js";
 import type { ToolDeps } from "../tools/index.js";
+import type { Skill } from "../tools/support/deps.js";
 import { workspaceDiff } from "../tools/support/workspace-diff.js";
-import { createBaseCheckout, existingBaseCheckout } from "./base-checkout.js";
-import { openRun, type RunDirSession } from "./run-dir.js";
+import { openRun, reserveRun, resumedTaskRef, type RunDirSession, type RunPaths } from "./run-dir.js";
 import { loadSkill } from "./skill.js";
 import { JsonlTrace } from "./trace.js";
 
@@ -33,7 +34,8 @@ export interface SandboxRequest {
 export type SandboxFactory = (req: SandboxRequest) => Promise<Sandbox>;
 
 export interface SessionOptions {
-  taskId: string;
+  /** The task id or folder; may be left out with `resume` (the run folder names its task). */
+  taskId?: string;
   tasksRoot?: string;
   runsDir: string;
   resume?: string;
@@ -41,6 +43,11 @@ export interface SessionOptions {
   python?: string;
   logger: Logger;
   createSandbox: SandboxFactory;
+  /**
+   * Called with the task as soon as it is loaded, before anything is made or served: `serve` refuses
+   * a task this machine cannot run here (it throws; startSession throws it on).
+   */
+  checkTask?: (task: PublicTask) => void;
 }
 
 export interface Session {
@@ -69,20 +76,81 @@ async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
   }
 }
 
+/** A session whose build has started: enough to answer `initialize` and register the tools at once. */
+export interface StartedSession {
+  task: PublicTask;
+  /**
+   * For createServer: task, skill and logger now; sandbox, session, base and trace once `ready`
+   * resolves (reading them earlier throws). Every tool call waits for `deps.ready` (tools/support/register.ts).
+   */
+  deps: ToolDeps;
+  /** The built session; rejects with the reason it could not be built (then every tool call fails with it). */
+  ready: Promise<Session>;
+}
+
+/**
+ * Starts a session: the task (through the public door only) and the skill are read now, synchronously,
+ * so that a bad task or run id fails before anything is served; the slow part (the run folder, the
+ * workspace copy, the base checkout, the sandbox) is built in the background, after the caller had a
+ * turn to connect its transport. An MCP client thus gets its `initialize` reply before the workspace
+ * exists (Codex waits about 1 s for a server).
+ */
+export function startSession(opts: SessionOptions): StartedSession {
+  const taskRef = opts.taskId ?? (opts.resume !== undefined ? resumedTaskRef(opts.runsDir, opts.resume) : undefined);
+  if (taskRef === undefined) throw new Error("serve: --task is required (or --resume <run-id>, whose run names its task)");
+  const task = loadPublicTask(taskRef, opts.tasksRoot);
+  opts.checkTask?.(task);
+  const skill = loadSkill();
+  // The run's folder exists before anything is served (whoever watches the runs folder sees it at once).
+  const reserved = opts.resume === undefined ? reserveRun(task.id, opts.runsDir) : undefined;
+  let built: Session | null = null;
+  const ready = new Promise<void>((res) => setImmediate(res)).then(() => buildSession({ ...opts, taskId: taskRef }, task, skill, reserved));
+  ready.then((s) => (built = s)).catch(() => undefined); // the owner reports a failure; never an unhandled rejection
+  const need = (): ToolDeps => {
+    if (!built) throw new Error("the session is still being built (tool calls wait for deps.ready)");
+    return built.deps;
+  };
+  const deps: ToolDeps = {
+    task,
+    skill,
+    logger: opts.logger,
+    ready: ready.then(() => undefined),
+    get sandbox() {
+      return need().sandbox;
+    },
+    get session() {
+      return need().session;
+    },
+    get base() {
+      return need().base;
+    },
+    get trace() {
+      return need().trace;
+    },
+  };
+  deps.ready!.catch(() => undefined);
+  return { task, deps, ready };
+}
+
 /**
  * Everything one `infradev serve` session needs, in order: the task through the public door only,
  * the run folder (new, or resumed), the pristine base checkout, the sandbox (which hides the task
  * folder, the package's tasks and all runs), the skill and the trace.
  */
 export async function openSession(opts: SessionOptions): Promise<Session> {
-  const task = loadPublicTask(opts.taskId, opts.tasksRoot);
-  const { session, resumed } = await openRun({ task, runsDir: opts.runsDir, resume: opts.resume, onProgress: (msg) => opts.logger.info(msg) });
+  return startSession(opts).ready;
+}
+
+async function buildSession(opts: SessionOptions & { taskId: string }, task: PublicTask, skill: Skill, reserved: RunPaths | undefined): Promise<Session> {
+  const { session, resumed } = await openRun({ task, runsDir: opts.runsDir, resume: opts.resume, reserved, taskDir: resolveTaskDir(opts.taskId, opts.tasksRoot), onProgress: (msg) => opts.logger.info(msg) });
   const { paths } = session;
   let baseHost: string | null;
   if (resumed) {
+    const { existingBaseCheckout } = await import("./base-checkout.js");
     baseHost = existingBaseCheckout(paths.baseDir);
     if (!baseHost) opts.logger.warn({ base: paths.baseDir }, "the run's base checkout is gone; measure's compare_with_base is unavailable");
   } else {
+    const { createBaseCheckout } = await import("./base-checkout.js");
     baseHost = await createBaseCheckout(paths.workspaceDir, paths.baseDir, session.baseCommit);
   }
   const taskDir = resolveTaskDir(opts.taskId, opts.tasksRoot);
@@ -94,7 +162,8 @@ export async function openSession(opts: SessionOptions): Promise<Session> {
     readOnlyMounts: baseHost ? [{ host: baseHost, sandbox: SANDBOX_BASE_DIR }] : [],
     hiddenPaths,
     logDir: paths.logsDir,
-    python: opts.python ?? task.spec.env.python,
+    // The one interpreter rule (tasks/runnable.ts): --python, else $INFRADEV_PYTHON, else task.yaml's env.python.
+    python: taskPython(task.spec, opts.python).python,
     sessionId: paths.runId,
     task,
     logger: opts.logger,
@@ -106,7 +175,7 @@ export async function openSession(opts: SessionOptions): Promise<Session> {
     sandbox,
     session,
     base: baseHost && baseInSandbox ? { hostDir: baseHost, sandboxDir: baseInSandbox, commit: session.baseCommit } : null,
-    skill: loadSkill(),
+    skill,
     logger: opts.logger,
     trace,
   };

@@ -1,7 +1,7 @@
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { createServer } from "./create-server.js";
 import { InFlightToolCalls } from "./in-flight.js";
-import { openSession, type SessionOptions } from "./session.js";
+import { startSession, type Session, type SessionOptions } from "./session.js";
 
 /** How long shutdown waits for tool calls whose commands it cancelled to answer. */
 const SETTLE_MS = 3_000;
@@ -11,28 +11,39 @@ const SETTLE_MS = 3_000;
  * client goes away (stdin closed) or the process is told to stop (SIGTERM, SIGINT, SIGHUP), the
  * current patch is written to runs/<run-id>/patch.diff before the sandbox is torn down, so no work is
  * lost even without submit.
+ *
+ * The transport is connected first and the session (run folder, workspace, base checkout, sandbox)
+ * built behind it: `initialize` is answered at once, tool calls wait for the session. A task or run
+ * id that does not load throws before anything is served; a build that fails later is reported on
+ * stderr, every tool call answers with its reason, and the process exits 2 when the client leaves.
  */
 export async function serveStdio(opts: SessionOptions & { onReady?: (info: { runId: string; runDir: string; workspace: string }) => void }): Promise<void> {
   const log = opts.logger;
-  const session = await openSession(opts);
-  const server = createServer(session.deps);
+  const started = startSession(opts);
+  const server = createServer(started.deps, { sandboxKind: opts.sandboxKind });
   const transport = new StdioServerTransport();
 
   const calls = new InFlightToolCalls();
+  let session: Session | null = null;
+  let failed: Error | null = null;
   let stopping = false;
   const stop = async (reason: string, exitCode: number) => {
     if (stopping) return;
     stopping = true;
-    log.info({ reason, run: session.session.runId }, "shutting down: writing patch.diff");
     const watchdog = setTimeout(() => {
       log.error("shutdown took longer than 30 s; exiting anyway");
       process.exit(exitCode || 1);
     }, 30_000);
     watchdog.unref();
-    await session.finish(reason, { settled: () => calls.settled(SETTLE_MS) });
+    // A session still being built is waited for, so its workspace gets its patch.diff and its sandbox is closed.
+    const s = session ?? (await started.ready.catch(() => null));
+    if (s) {
+      log.info({ reason, run: s.session.runId }, "shutting down: writing patch.diff");
+      await s.finish(reason, { settled: () => calls.settled(SETTLE_MS) });
+    }
     await server.close().catch(() => undefined);
-    log.info({ patch: session.session.patchPath }, "session ended");
-    process.exit(exitCode);
+    if (s) log.info({ patch: s.session.patchPath }, "session ended");
+    process.exit(failed ? 2 : exitCode);
   };
 
   process.stdin.on("end", () => void stop("stdin closed", 0));
@@ -43,9 +54,19 @@ export async function serveStdio(opts: SessionOptions & { onReady?: (info: { run
 
   await server.connect(transport);
   calls.track(transport);
-  log.info(
-    { run: session.session.runId, workspace: session.session.paths.workspaceDir, sandbox: session.deps.sandbox.kind, resumed: session.resumed },
-    `serving task ${session.deps.task.id} on stdio (run ${session.session.runId})`,
+  started.ready.then(
+    (s) => {
+      session = s;
+      log.info(
+        { run: s.session.runId, workspace: s.session.paths.workspaceDir, sandbox: s.deps.sandbox.kind, resumed: s.resumed },
+        `serving task ${s.deps.task.id} on stdio (run ${s.session.runId})`,
+      );
+      opts.onReady?.({ runId: s.session.runId, runDir: s.session.runDir, workspace: s.session.paths.workspaceDir });
+    },
+    (e: unknown) => {
+      failed = e instanceof Error ? e : new Error(String(e));
+      log.debug({ err: failed.stack }, "the session could not start");
+      process.stderr.write(`infradev serve: the session could not start: ${failed.message}\n`);
+    },
   );
-  opts.onReady?.({ runId: session.session.runId, runDir: session.session.runDir, workspace: session.session.paths.workspaceDir });
 }

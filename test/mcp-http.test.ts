@@ -127,7 +127,7 @@ describe("infradev serve --http --sandbox local", () => {
 
   beforeAll(async () => {
     runsDir = mkdtempSync(join(tmpdir(), "infradev-http-"));
-    s = await serveHttp(runsDir, ["--sandbox", "local"]);
+    s = await serveHttp(runsDir, ["--sandbox", "local", "--port", "0"]);
     token = readFileSync(s.tokenWhere, "utf8").trim();
     ({ client, transport } = await connectClient(s.url, token));
   }, 120_000);

@@ -4,7 +4,7 @@
  * worktree. Commands run as plain processes here; isolation and multi-rank runs are the e2e suite's.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
@@ -151,11 +151,38 @@ describe("tools", () => {
     const broken = await call("pytest_collect");
     expect(broken.isError).toBe(true);
     expect(broken.structuredContent!.ok).toBe(false);
-    expect(broken.structuredContent!.errors).toEqual([{ file: "tests/test_broken.py", message: "ModuleNotFoundError: No module named 'nanoinfra.does_not_exist'" }]);
+    expect(broken.structuredContent!.errors).toHaveLength(1);
+    expect(broken.structuredContent!.errors[0]).toMatchObject({ file: "tests/test_broken.py", message: "ModuleNotFoundError: No module named 'nanoinfra.does_not_exist'" });
+    expect(broken.structuredContent!.errors[0].detail).toContain("import nanoinfra.does_not_exist");
     expect(broken.structuredContent!.verdict).toMatch(/^BLOCKED/);
     const opt = await call("pytest_collect", { paths: ["--rootdir=/"] });
     expect(opt.isError).toBe(true);
     await call("run_shell", { command: "rm tests/test_broken.py" });
+    const missing = await call("pytest_collect", { paths: ["tests/not_there.py"] });
+    expect(missing.isError).toBe(true);
+    expect(missing.structuredContent!.errors[0]).toMatchObject({ file: "(pytest)" });
+    expect(missing.structuredContent!.errors[0].message).toContain("file or directory not found: tests/not_there.py");
+  });
+
+  it("pytest_collect reports what the recording plugin collected, whatever pytest's terminal shows", async () => {
+    // A conftest hook that prints lines shaped like node ids (as plugins that report collection do)
+    // and a fake summary: the collect-only text says 13 tests; the plugin's record says 12.
+    const ws = s.session.session.paths.workspaceDir;
+    const conftest = join(ws, "tests", "conftest.py");
+    const before = existsSync(conftest) ? readFileSync(conftest, "utf8") : null;
+    writeFileSync(
+      conftest,
+      `${before ?? ""}\n\ndef pytest_collection_finish(session):\n    tr = session.config.pluginmanager.get_plugin("terminalreporter")\n    tr.write_line("tests/test_ghost.py::test_phantom")\n    tr.write_line("13 tests collected in 0.01s")\n`,
+    );
+    try {
+      const r = await call("pytest_collect");
+      expect(r.isError, JSON.stringify(r.content)).toBeFalsy();
+      expect(r.structuredContent).toMatchObject({ ok: true, collected: 12, errors: [] });
+      expect(r.structuredContent!.node_ids).not.toContain("tests/test_ghost.py::test_phantom");
+    } finally {
+      if (before === null) rmSync(conftest);
+      else writeFileSync(conftest, before);
+    }
   });
 
   it("find_callers finds the call sites of the gradient sync", async () => {

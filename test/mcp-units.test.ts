@@ -13,7 +13,7 @@ import { defaultSkillsRoot, installSkill } from "../cli/skill.js";
 import { pythonHelpersDir } from "../lib/paths.js";
 import { SessionEventStore } from "../server/event-store.js";
 import { loadSkill } from "../server/skill.js";
-import { parseCollectOutput } from "../tools/support/collect-parse.js";
+import { collectionErrorHeadline } from "../tools/pytest-collect.js";
 import { measurementFromCommand, ratios } from "../tools/support/measure-aggregate.js";
 import { checkTestPath, hostToSandboxPath, resolveInside } from "../tools/support/sandbox-paths.js";
 import { parseNumstat } from "../tools/support/workspace-diff.js";
@@ -27,48 +27,26 @@ import { PYTHON } from "./mcp-helpers.js";
 const tmp = mkdtempSync(join(tmpdir(), "infradev-mcp-units-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-describe("parseCollectOutput", () => {
-  it("counts node ids and reads the summary", () => {
-    const out = "tests/test_a.py::test_one\ntests/test_a.py::test_two[x-1]\n\n2 tests collected in 0.09s\n";
-    expect(parseCollectOutput(out)).toEqual({ collected: 2, nodeIds: ["tests/test_a.py::test_one", "tests/test_a.py::test_two[x-1]"], errors: [], summary: "2 tests collected in 0.09s" });
-  });
-
-  it("names the file and the error of each collection error", () => {
-    const out = [
-      "tests/test_ok.py::test_fine",
-      "",
-      "==================================== ERRORS ====================================",
-      "______________________ ERROR collecting tests/test_bad.py ______________________",
+describe("collectionErrorHeadline (the line that names a collection error, from the plugin's record of it)", () => {
+  it("the last E line of pytest's report", () => {
+    const longrepr = [
       "ImportError while importing test module '/w/tests/test_bad.py'.",
       "Traceback:",
       "tests/test_bad.py:1: in <module>",
       "    import nope",
       "E   ModuleNotFoundError: No module named 'nope'",
-      "______________________ ERROR collecting tests/test_syn.py ______________________",
-      "/usr/lib/python3.11/ast.py:50: in parse",
-      'E     File "/w/tests/test_syn.py", line 1',
-      "E       def test_x(:",
-      "E                  ^",
-      "E   SyntaxError: invalid syntax",
-      "=========================== short test summary info ============================",
-      "ERROR tests/test_bad.py",
-      "ERROR tests/test_syn.py",
-      "!!!!!!!!!!!!!!!!!!! Interrupted: 2 errors during collection !!!!!!!!!!!!!!!!!!!!",
-      "1 test collected, 2 errors in 0.32s",
     ].join("\n");
-    const r = parseCollectOutput(out);
-    expect(r.collected).toBe(1);
-    expect(r.nodeIds).toEqual(["tests/test_ok.py::test_fine"]);
-    expect(r.errors).toEqual([
-      { file: "tests/test_bad.py", message: "ModuleNotFoundError: No module named 'nope'" },
-      { file: "tests/test_syn.py", message: "SyntaxError: invalid syntax (/w/tests/test_syn.py, line 1)" },
-    ]);
+    expect(collectionErrorHeadline(longrepr)).toBe("ModuleNotFoundError: No module named 'nope'");
   });
 
-  it("reports a path pytest cannot find", () => {
-    const r = parseCollectOutput("\nno tests collected in 0.00s\n", "ERROR: file or directory not found: tests/nothere.py\n");
-    expect(r.collected).toBe(0);
-    expect(r.errors).toEqual([{ file: "tests/nothere.py", message: "file or directory not found" }]);
+  it("a SyntaxError with the file and line pytest names", () => {
+    const longrepr = ["/usr/lib/python3.11/ast.py:50: in parse", 'E     File "/w/tests/test_syn.py", line 1', "E       def test_x(:", "E                  ^", "E   SyntaxError: invalid syntax"].join("\n");
+    expect(collectionErrorHeadline(longrepr)).toBe("SyntaxError: invalid syntax (/w/tests/test_syn.py, line 1)");
+  });
+
+  it("no E line: the last line; nothing: says so", () => {
+    expect(collectionErrorHeadline("something\nUsing --randomly-seed=1\n\n")).toBe("Using --randomly-seed=1");
+    expect(collectionErrorHeadline("")).toBe("collection error (no message)");
   });
 });
 

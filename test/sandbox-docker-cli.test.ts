@@ -93,6 +93,8 @@ describe.skipIf(!plan.run)("infradev serve --sandbox docker, and sandbox prune (
     const client = new Client({ name: "infradev-docker-cli", version: "0" });
     await client.connect(transport);
     clients.push(client);
+    // serve answers initialize before it builds the session (container included): a first call waits for it.
+    await client.callTool({ name: "get_task", arguments: {} });
     const runId = readdirSync(runsDir).find((r) => !before.has(r))!;
     return { client, transport, runId };
   }

@@ -1,11 +1,12 @@
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { z } from "zod";
-import { parseCollectOutput } from "./support/collect-parse.js";
+import { runRanks } from "../sandbox/ranks.js";
 import type { ToolDeps } from "./support/deps.js";
 import { registerTool } from "./support/register.js";
 import { errorResult, okResult } from "./support/result.js";
+import { newResultsDir } from "./support/results-dir.js";
 import { firstBadTestPath } from "./support/sandbox-paths.js";
-import { modeEnv, randomPort, singleProcessEnv } from "./support/task-env.js";
+import { modeEnv } from "./support/task-env.js";
 
 const MAX_NODE_IDS = 200;
 const COLLECT_TIMEOUT_SEC = 300;
@@ -24,10 +25,39 @@ export const PytestCollectOutput = z.object({
   collected: z.number().int(),
   node_ids: z.array(z.string()).describe(`collected test ids (first ${MAX_NODE_IDS})`),
   node_ids_truncated: z.boolean(),
-  errors: z.array(z.object({ file: z.string(), message: z.string() })).describe("collection errors: the file and its error"),
-  exit_code: z.number().int().nullable(),
+  errors: z
+    .array(z.object({ file: z.string(), message: z.string().describe("the error itself (the last `E` line of pytest's report)"), detail: z.string().describe("pytest's whole report of it (traceback), capped") }))
+    .describe("collection errors: the file and its error"),
+  exit_code: z.number().int().nullable().describe("exit code of the collecting pytest process (5: nothing collected); null when it did not finish"),
   duration_ms: z.number(),
 });
+
+type CollectionError = z.infer<typeof PytestCollectOutput>["errors"][number];
+
+/**
+ * The one line that names a collection error, from pytest's report of it (`longreprtext`, as the
+ * recording plugin stores it): the last `E   ` line (for a SyntaxError, with the file and line that
+ * pytest puts in an earlier `E` line), else the last non-empty line.
+ */
+export function collectionErrorHeadline(longrepr: string): string {
+  const lines = longrepr.split(/\r?\n/);
+  const eLines = lines.filter((l) => l.startsWith("E ")).map((l) => l.replace(/^E\s+/, "").trimEnd());
+  if (eLines.length > 0) {
+    const last = eLines[eLines.length - 1]!;
+    const where = eLines.find((l) => /^File ".*", line \d+/.test(l));
+    return where && where !== last ? `${last} (${where.replace(/^File "([^"]*)", /, "$1, ")})` : last;
+  }
+  const nonEmpty = lines.map((l) => l.trim()).filter(Boolean);
+  return nonEmpty[nonEmpty.length - 1] ?? "collection error (no message)";
+}
+
+/** A collection error as the launcher's bundle carries it (the plugin's record, capped by the launcher). */
+function toCollectionError(raw: unknown): CollectionError {
+  const e = (typeof raw === "object" && raw !== null ? raw : { message: String(raw) }) as { file?: unknown; nodeid?: unknown; message?: unknown };
+  const detail = typeof e.message === "string" ? e.message : "";
+  const file = typeof e.file === "string" && e.file ? e.file : typeof e.nodeid === "string" && e.nodeid ? e.nodeid : "(collection)";
+  return { file, message: collectionErrorHeadline(detail), detail };
+}
 
 export function registerPytestCollectTool(server: McpServer, deps: ToolDeps): void {
   registerTool(
@@ -37,8 +67,8 @@ export function registerPytestCollectTool(server: McpServer, deps: ToolDeps): vo
       name: "pytest_collect",
       title: "Collect the tests (the gate)",
       description:
-        "Runs `pytest --collect-only -q` in one process inside the sandbox (no process group is joined) and returns the collected count, " +
-        "node ids, and every collection error with its file and message, plus a one-line verdict. Run it first and after every edit: " +
+        "Collects the tests (`pytest --collect-only`) in one rank inside the sandbox (WORLD_SIZE 1) and returns the collected count, " +
+        "node ids, and every collection error with its file, message and traceback, plus a one-line verdict. Run it first and after every edit: " +
         "an import error or a renamed test fails here in seconds instead of on every rank.",
       input: PytestCollectInput,
       output: PytestCollectOutput,
@@ -53,22 +83,42 @@ export function registerPytestCollectTool(server: McpServer, deps: ToolDeps): vo
       if (badPath) return errorResult(badPath);
       const env = modeEnv(task, undefined);
       if (!env.ok) return errorResult(`pytest_collect: ${env.error}`);
-      const res = await sandbox.exec([sandbox.python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", ...paths], {
-        cwd: sandbox.repoDir,
-        env: { ...env.env, ...singleProcessEnv(randomPort()), PYTHONDONTWRITEBYTECODE: "1" },
-        timeoutSec: COLLECT_TIMEOUT_SEC,
-        maxOutputBytes: 1024 * 1024,
+      // One rank of the launcher with --collect-only: the node ids and collection errors come from
+      // our recording plugin, in the launcher's result bundle on its stdout (contract A), not from
+      // pytest's terminal text (which differs between pytest versions).
+      const run = await runRanks(sandbox, {
+        ranks: 1,
+        pytestArgs: ["--collect-only", "-q", ...paths, "-p", "no:cacheprovider"],
+        outDir: newResultsDir("collect"),
+        perTestTimeoutSec: COLLECT_TIMEOUT_SEC,
+        runTimeoutSec: COLLECT_TIMEOUT_SEC,
+        env: { ...env.env, PYTHONDONTWRITEBYTECODE: "1" },
+        removeOutDir: true,
         signal: ctx.signal,
       });
-      const trace = { exit_code: res.exitCode, timed_out: res.timedOut, stdout_bytes: Buffer.byteLength(res.stdout) };
-      if (res.harnessError) return { ...errorResult(`pytest_collect: the sandbox failed: ${res.harnessError}`), trace };
-      const report = parseCollectOutput(res.stdout, res.stderr);
-      if (res.timedOut) report.errors.push({ file: paths.join(" "), message: `collection did not finish in ${COLLECT_TIMEOUT_SEC} s (an import that blocks? a process group waiting for peers?)` });
-      if (report.errors.length === 0 && res.exitCode !== 0 && res.exitCode !== 5) {
-        // pytest refused to start (bad option, conftest crash): its own words are the message.
-        const tail = `${res.stderr}\n${res.stdout}`.trim().split("\n").slice(-6).join("\n");
-        report.errors.push({ file: "(pytest)", message: tail || `pytest exited with ${res.exitCode}` });
+      const rank0 = run.integrity.find((r) => r.rank === 0);
+      const exitCode = rank0 ? rank0.exit_code : null;
+      const trace = { exit_code: exitCode, launcher_exit: run.exec.exitCode, status: run.launch?.status ?? (run.harnessError ? "harness_error" : "records_lost") };
+      if (run.harnessError) return { ...errorResult(`pytest_collect: the sandbox failed: ${run.harnessError}`), trace };
+      const launch = run.launch;
+      if (!launch) {
+        return {
+          ...errorResult(`pytest_collect: the collection's results were lost: ${run.lostRecords ?? "no result bundle"}. Something imported at collection (a test, a conftest, the code under test) killed or disturbed the rank launcher.`),
+          trace,
+        };
       }
+      const nodeIds = launch.collected;
+      const errors = launch.collection_errors.map(toCollectionError);
+      if (launch.status === "run_timeout" || launch.status === "hang") {
+        errors.push({ file: paths.join(" "), message: `collection did not finish in ${COLLECT_TIMEOUT_SEC} s (an import that blocks? a process group waiting for peers?)`, detail: "" });
+      } else if (launch.status === "launch_error" || launch.status === "crash" || launch.status === "interrupted") {
+        // pytest refused to start or stopped (a path it cannot find, a bad option, a conftest crash): its own words.
+        const why = typeof launch.error === "string" && launch.error ? launch.error : (run.lostRecords ?? `the collecting process ended with ${launch.status}`);
+        errors.push({ file: "(pytest)", message: why, detail: run.logs.find((l) => l.name === "rank0.log")?.text ?? "" });
+      } else if (errors.length === 0 && exitCode !== 0 && exitCode !== 5) {
+        errors.push({ file: "(pytest)", message: `pytest exited with ${exitCode ?? "a signal"}`, detail: run.logs.find((l) => l.name === "rank0.log")?.text ?? "" });
+      }
+      const report = { collected: nodeIds.length, nodeIds, errors };
       const ok = report.errors.length === 0 && report.collected > 0;
       const verdict = ok
         ? `OK: ${report.collected} tests collected, no collection error; next run them (pytest_run, ranks: 1, then the task's ranks).`
@@ -82,8 +132,8 @@ export function registerPytestCollectTool(server: McpServer, deps: ToolDeps): vo
         node_ids: report.nodeIds.slice(0, MAX_NODE_IDS),
         node_ids_truncated: report.nodeIds.length > MAX_NODE_IDS,
         errors: report.errors,
-        exit_code: res.exitCode,
-        duration_ms: res.durationMs,
+        exit_code: exitCode,
+        duration_ms: run.exec.durationMs,
       };
       const lines = [verdict, ...report.errors.map((e) => `  ${e.file}: ${e.message}`)];
       if (ok) lines.push(...out.node_ids.slice(0, 50).map((id) => `  ${id}`), ...(report.nodeIds.length > 50 ? [`  ... ${report.nodeIds.length - 50} more`] : []));

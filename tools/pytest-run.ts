@@ -85,7 +85,8 @@ export function registerPytestRunTool(server: McpServer, deps: ToolDeps): void {
       });
       const durationMs = Date.now() - started;
       const resultsDir = run.sandboxOutDir;
-      const trace = { exit_code: run.exec.exitCode, ranks, mode: env.mode, status: run.launch?.status ?? "harness_error", tests: run.cases.length };
+      // launcher_s: the launcher's own wall time (its bundle), so the server's overhead around it can be told apart.
+      const trace = { exit_code: run.exec.exitCode, ranks, mode: env.mode, status: run.launch?.status ?? "harness_error", tests: run.cases.length, launcher_s: run.launch?.duration_s ?? null };
       if (run.harnessError) {
         return { ...errorResult(`pytest_run: the launcher could not run the tests (not a test failure): ${run.harnessError}\nper-rank logs: ${resultsDir}`), trace };
       }

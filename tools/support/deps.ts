@@ -18,6 +18,12 @@ export interface ToolDeps {
   readonly skill: Skill;
   readonly logger: Logger;
   readonly trace: TraceSink;
+  /**
+   * Set while the session is still being built (`serve` answers `initialize` first): resolves when
+   * sandbox, session, base and trace can be read, rejects with the reason the build failed. Every
+   * tool call waits for it (tools/support/register.ts); absent when the deps are complete already.
+   */
+  readonly ready?: Promise<void>;
 }
 
 /** The pre-PR checkout, read-only inside the sandbox. */

@@ -55,6 +55,15 @@ export function registerTool<I extends z.ZodObject, O extends z.ZodObject>(
   handler: (args: z.infer<I>, ctx: ToolContext) => Promise<ToolOutcome>,
 ): void {
   const callback = async (args: z.infer<I>, extra: Extra): Promise<CallToolResult> => {
+    if (deps.ready) {
+      // The server answered `initialize` before the workspace and sandbox existed: wait for them.
+      try {
+        await deps.ready;
+      } catch (e) {
+        deps.logger.error({ tool: def.name, err: e instanceof Error ? e.message : String(e) }, "tool refused: the session could not start");
+        return errorResult(`${def.name} failed: the session could not start, so no tool can run (restart the server once this is fixed): ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
     const started = Date.now();
     const log = deps.logger.child({ tool: def.name, request: String(extra.requestId) });
     log.info({ args }, "tool start");

@@ -28,14 +28,6 @@ export function modeEnv(task: PublicTask, mode: string | undefined): ModeCheck {
   return { ok: true, mode: name, env: { ...task.spec.env.vars, ...modes[name]! } };
 }
 
-/**
- * Environment for a single pytest process that must not try to join a multi-rank group: a task's
- * conftest may initialise torch.distributed from these at import time.
- */
-export function singleProcessEnv(port: number): Record<string, string> {
-  return { RANK: "0", LOCAL_RANK: "0", WORLD_SIZE: "1", LOCAL_WORLD_SIZE: "1", MASTER_ADDR: "127.0.0.1", MASTER_PORT: String(port) };
-}
-
 /** A port for a rendezvous inside the sandbox's own network namespace (no clash with the host). */
 export function randomPort(): number {
   return 20_000 + Math.floor(Math.random() * 30_000);
