@@ -27,7 +27,10 @@ const lock = join(root, "package-lock.json");
 const stamp = join(root, "node_modules", ".infradev-lock-sha256");
 const lockHash = createHash("sha256").update(readFileSync(lock)).digest("hex");
 if (!existsSync(stamp) || readFileSync(stamp, "utf8").trim() !== lockHash) {
-  run("npm", ["ci", "--no-audit", "--no-fund"]);
+  // `npm install` with the lock file, not `npm ci`: a harness binary (opencode-ai) ships one package
+  // per platform as optional dependencies, a registry may serve only this platform's, and `npm ci`
+  // then refuses the lock as "out of sync" although every package this machine needs is in it.
+  run("npm", ["install", "--no-audit", "--no-fund"]);
   writeFileSync(stamp, `${lockHash}\n`);
 }
 
