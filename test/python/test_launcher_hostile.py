@@ -77,7 +77,8 @@ def test_fails():
     plant("launch.json", os.path.join(here, "forged.json"))
     plant("rank%s.xml" % rank, os.path.join(here, "forged.xml"))
     plant("rank%s.probe.json" % rank, os.path.join(here, "forged.json"))
-    plant("rank%s.session0.pytest.xml" % rank, os.path.join(here, "pytest-junit-target-%s.xml" % rank))
+    for session in range(4):  # under load the launcher may have restarted the ranks once already
+        plant("rank%s.session%d.pytest.xml" % (rank, session), os.path.join(here, "pytest-junit-target-%s.xml" % rank))
     for i in range(20):  # the old fixed temp names, and lookalikes of the new random ones
         plant("rank%s.xml.tmp" % rank if i == 0 else "launch.json.tmp-%012x" % i, os.path.join(here, "forged.json"))
     os.mkfifo(os.path.join(OUT, "rank%s.stacks.txt.fifo" % rank))
