@@ -170,11 +170,11 @@ def read_json(path, default=None, dir_fd=None, cap=64 << 20):
         return default
 
 
-def read_jsonl(path, dir_fd=None, cap=256 << 20):
-    """Records of a JSON-lines file; a line cut short by a kill mid-write is dropped."""
+def jsonl_dicts(data):
+    """The JSON objects of JSON-lines bytes; a line cut short by a kill mid-write (or not an object)
+    is dropped."""
     import json
 
-    data = read_bytes(path, dir_fd, cap)
     records = []
     for line in (data or b"").split(b"\n"):
         line = line.strip()

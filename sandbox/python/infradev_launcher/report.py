@@ -4,7 +4,7 @@ rank{r}.probe.json (those two files are for the agent to read; the host reads on
 import os
 import re
 
-from infradev_outputs import LONGREPR_CAP, STATE_RUNNING, cap_text, rank_name, read_bytes, write_atomic, write_json_atomic
+from infradev_outputs import LONGREPR_CAP, STATE_RUNNING, cap_text, jsonl_dicts, rank_name, read_bytes, write_atomic, write_json_atomic
 
 SEVERITY = {"error": 3, "failed": 2, "passed": 1, "skipped": 0}
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -57,24 +57,15 @@ def session_records(cfg, rank, session, start):
     """Every record the plugin appended to rank{r}.results.jsonl during `session`, in file order
     (from `start`, the size before the session; from 0 if the file shrank, i.e. was replaced).
     A line cut by a kill mid-write, or not a JSON object with a string nodeid, is dropped."""
-    import json
-
     name = rank_name(rank, "results.jsonl")
     data = read_bytes(name, cfg.out_fd, cap=RESULTS_CAP, offset=start)
     if not data and start:
         data = read_bytes(name, cfg.out_fd, cap=RESULTS_CAP)
-    records = []
-    for line in (data or b"").split(b"\n"):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rec = json.loads(line.decode("utf-8", "replace"))
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("nodeid"), str) and rec.get("session", session) == session:
-            records.append(clean_record(rec, session))
-    return records
+    return [
+        clean_record(rec, session)
+        for rec in jsonl_dicts(data)
+        if isinstance(rec.get("nodeid"), str) and rec.get("session", session) == session
+    ]
 
 
 OUTCOMES = ("passed", "failed", "error", "skipped")

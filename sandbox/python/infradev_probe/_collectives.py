@@ -115,6 +115,20 @@ def _copy_identity(wrapper, fn):
     return wrapper
 
 
+def _count_and_call(active, name, nbytes, fn, args, kwargs):
+    """One call of `name` with `nbytes` of payload into every active recorder, then the op itself,
+    marked on this thread so that whatever it calls on its way down is not counted again."""
+    with _lock:
+        for rec in active:
+            rec.calls[name] += 1
+            rec.bytes[name] += nbytes
+    _tls.depth = 1
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _tls.depth = 0
+
+
 def _make_wrapper(fn, op):
     param, kind, fallback = OPS[op]
     name = CANONICAL.get(op, op)
@@ -132,15 +146,7 @@ def _make_wrapper(fn, op):
             nbytes = _payload_bytes(args[pos], kind)
         else:
             nbytes = _payload_bytes(kwargs.get(param), kind)
-        with _lock:
-            for rec in active:
-                rec.calls[name] += 1
-                rec.bytes[name] += nbytes
-        _tls.depth = 1
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _tls.depth = 0
+        return _count_and_call(active, name, nbytes, fn, args, kwargs)
 
     _copy_identity(counted, fn)
     counted._infradev_op = name
@@ -190,15 +196,7 @@ def _make_method_wrapper(fn, method):
         if not active or _tls.depth:
             return fn(self, *args, **kwargs)
         nbytes = _nested_bytes(args[pos]) if pos is not None and len(args) > pos else 0
-        with _lock:
-            for rec in active:
-                rec.calls[name] += 1
-                rec.bytes[name] += nbytes
-        _tls.depth = 1
-        try:
-            return fn(self, *args, **kwargs)
-        finally:
-            _tls.depth = 0
+        return _count_and_call(active, name, nbytes, fn, (self,) + args, kwargs)
 
     _copy_identity(counted, fn)
     counted._infradev_op = name
