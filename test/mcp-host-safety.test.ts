@@ -18,6 +18,7 @@ import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { packageRoot } from "../lib/paths.js";
 import { SANDBOX_BACKENDS, backendCliFlags, ensureBuilt, prepareBackend } from "./helpers/backends.js";
+import { treeSnapshot } from "./helpers/tree-snapshot.js";
 
 const ROOT = packageRoot();
 const CLI = join(ROOT, "dist", "cli", "main.js");
@@ -27,20 +28,7 @@ beforeAll(() => {
   ensureBuilt();
 }, 300_000);
 
-/** Every entry below `dir` with size and mtime (links not followed). */
-function snapshot(dir: string): string[] {
-  const out: string[] = [];
-  const walk = (d: string) => {
-    for (const e of readdirSync(d, { withFileTypes: true })) {
-      const p = join(d, e.name);
-      const st = lstatSync(p);
-      out.push(`${p} ${st.size} ${st.mtimeMs}`);
-      if (e.isDirectory()) walk(p);
-    }
-  };
-  walk(dir);
-  return out.sort();
-}
+const snapshot = treeSnapshot;
 
 describe.each(SANDBOX_BACKENDS.filter((b) => b !== "none"))("host safety through `serve --sandbox %s`", (backend) => {
   let base: string;

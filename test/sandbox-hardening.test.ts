@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { packageRoot } from "../lib/paths.js";
 import { LocalSandbox } from "../sandbox/local.js";
 import { processesMatching, uniqueSleepSeconds } from "./sandbox-test-helpers.js";
+import { treeSnapshot } from "./helpers/tree-snapshot.js";
 
 let base: string;
 let workspace: string;
@@ -21,20 +22,7 @@ let logsGiven: string;
 let sb: LocalSandbox;
 const DECOY_SECRET = `decoy-${randomBytes(8).toString("hex")}`;
 
-/** Every file below `dir` with its size and mtime, to prove nothing was written there. */
-function snapshot(dir: string): string[] {
-  const out: string[] = [];
-  const walk = (d: string) => {
-    for (const e of readdirSync(d, { withFileTypes: true })) {
-      const p = join(d, e.name);
-      const st = lstatSync(p);
-      out.push(`${p} ${st.size} ${st.mtimeMs}`);
-      if (e.isDirectory()) walk(p);
-    }
-  };
-  walk(dir);
-  return out.sort();
-}
+const snapshot = treeSnapshot;
 
 beforeAll(async () => {
   base = realpathSync(mkdtempSync(join(tmpdir(), "infradev-hardening-")));
