@@ -13,8 +13,8 @@ type Register = (program: Command) => void;
  * dockerode, the MCP SDK and the HTTP stack); the others are named by their summary alone, so
  * `infradev --help` or `tasks list` loads none of them. The full description stays in each module.
  */
-export const COMMANDS: ReadonlyArray<{ name: string; summary: string; load: () => Promise<Register> }> = [
-  { name: "tasks", summary: "list and inspect tasks", load: async () => (await import("./tasks.js")).registerTasksCommands },
+export const COMMANDS: ReadonlyArray<{ name: string; aliases?: string[]; summary: string; load: () => Promise<Register> }> = [
+  { name: "tasks", aliases: ["task"], summary: "list, inspect and check tasks (task check: the author's acceptance check)", load: async () => (await import("./tasks.js")).registerTasksCommands },
   { name: "grade", summary: "grade one patch against gold's calibration (Set A and Set B)", load: async () => (await import("./grade.js")).registerGradeCommands },
   { name: "calibrate", summary: "run the golden patch 3× here and cache which cases it passes", load: async () => (await import("./calibrate.js")).registerCalibrateCommands },
   { name: "demo", summary: "grade golden, adversarial, hollow, base and empty patches of every task runnable here; one table", load: async () => (await import("./demo.js")).registerDemoCommands },
@@ -51,11 +51,11 @@ export async function buildProgram(argv?: string[]): Promise<Command> {
     });
   const wanted = wantedCommand(argv);
   for (const c of COMMANDS) {
-    if (wanted === "*" || wanted === c.name) {
+    if (wanted === "*" || wanted === c.name || c.aliases?.includes(wanted)) {
       (await c.load())(program);
       program.commands.find((x) => x.name() === c.name)?.summary(c.summary);
     } else {
-      program.command(c.name).summary(c.summary);
+      program.command(c.name).aliases(c.aliases ?? []).summary(c.summary);
     }
   }
   return program;

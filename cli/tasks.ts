@@ -2,6 +2,7 @@ import type { Command } from "commander";
 import { loadPublicTask, listTaskIds } from "../tasks/loader.js";
 import { TaskError } from "../tasks/errors.js";
 import { taskPython, taskRunnableHere } from "../tasks/runnable.js";
+import { registerTaskCheckCommands } from "./task-check.js";
 
 export interface TaskRow {
   id: string;
@@ -48,7 +49,7 @@ export function formatTable(header: string[], rows: string[][]): string {
 }
 
 export function registerTasksCommands(program: Command): void {
-  const tasks = program.command("tasks").description("list and inspect tasks");
+  const tasks = program.command("tasks").alias("task").description("list, inspect and check tasks (`task` is the same command)");
   tasks
     .command("list")
     .description("one row per task: id, title, category, type, ranks, requires_gpu, runnable here")
@@ -76,4 +77,5 @@ export function registerTasksCommands(program: Command): void {
     .action((id: string, opts: { tasksDir?: string }) => {
       process.stdout.write(loadPublicTask(id, opts.tasksDir).prompt);
     });
+  registerTaskCheckCommands(tasks);
 }
