@@ -10,6 +10,7 @@ import { hardwareFingerprint } from "./fingerprint.js";
 import { gradeSubmission } from "./grade.js";
 import type { SandboxFactory } from "./pipeline.js";
 import { reasonOnce } from "./score.js";
+import { acceptanceProblems, failingCases } from "./acceptance.js";
 import type { Calibration, FailureLabel, GradeResult } from "./types.js";
 
 /**
@@ -268,28 +269,8 @@ export function demoTable(report: DemoReport, width = DEMO_WIDTH): string {
 export function demoExpectationFailures(report: DemoReport): string[] {
   const out: string[] = [];
   for (const r of report.rows) {
-    const res = r.result;
-    const who = `${r.task}:${r.name}`;
-    if (res.status === "harness_fault") {
-      out.push(`${who}: harness fault: ${res.reason}`);
-      continue;
-    }
-    // None of the bundled patches touches the harness: evidence against one is a grader or task bug.
-    if (res.status === "tampered") {
-      out.push(`${who}: graded tampered: ${(res.tamper_evidence ?? []).join(" | ")}`);
-      continue;
-    }
-    if (r.kind === "golden" && !(res.official.resolved_strict && res.with_probes.resolved_strict)) out.push(`${who}: gold is not resolved (strict) in Set A and Set B`);
-    if (r.kind === "adversarial") {
-      if (!res.official.resolved) out.push(`${who}: not resolved in Set A (an adversarial patch must pass the official tests)`);
-      if (res.with_probes.resolved) out.push(`${who}: resolved in Set B (no probe caught it)`);
-      const caught = caughtBy(r);
-      if (caught.length && !caught.some((c) => c.labels.length)) out.push(`${who}: no failing probe of the promises it breaks (${r.breaks!.join(", ")})`);
-    }
-    if ((r.kind === "hollow" || r.kind === "empty") && (res.official.resolved || res.with_probes.resolved)) out.push(`${who}: resolved, but must not be`);
-    // The base may pass weak official tests (a performance PR's often do); the probes must catch it.
-    if (r.kind === "base" && res.with_probes.resolved) out.push(`${who}: the pre-PR base is resolved in Set B (the probes do not test what the PR changes)`);
-    if (r.kind === "empty" && (res.score !== 0 || res.official.score !== 0)) out.push(`${who}: scores ${res.score}, not exactly 0`);
+    const failing = failingCases(r.result, (id) => r.promises[id] ?? null);
+    for (const p of acceptanceProblems(r.kind, r.result, failing, r.breaks)) out.push(`${r.task}:${r.name}: ${p}`);
   }
   return out;
 }

@@ -8,6 +8,7 @@ import { hardwareFingerprint } from "./fingerprint.js";
 import { gradeSubmission } from "./grade.js";
 import { generateMutants, type Mutant } from "./mutants.js";
 import type { SandboxFactory } from "./pipeline.js";
+import { acceptanceProblems } from "./acceptance.js";
 import { scanProbeMarkers, type MarkerScan } from "./probe-markers.js";
 import { collectiveTimeouts, generateHollow, interfaceContract, promptLeaks } from "./task-analysis.js";
 import type { Calibration, GradeResult } from "./types.js";
@@ -349,31 +350,8 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     const { result } = await grade(`${p.kind} ${p.name}`, p.patch, gradesDir, { baseAsIs: p.baseAsIs });
     const failing = failingVsGold(result, cal);
     const row: SubmissionRow = { kind: p.kind, name: p.name, status: result.status, ...summary(result), failing_probes: failing.probes, failing_official: failing.official, ok: true, ...(p.note ? { note: p.note } : {}), ...(p.breaks ? { breaks: p.breaks } : {}) };
-    const no = (why: string) => {
-      row.ok = false;
-      row.why = row.why ? `${row.why}; ${why}` : why;
-    };
-    if (result.status === "harness_fault") no(`harness fault: ${result.reason}`);
-    else if (result.status === "tampered") no(`graded tampered (a task or grader bug): ${result.tamper_evidence.slice(0, 2).join("; ")}`);
-    else if (p.kind === "alternative") {
-      if (!result.official.resolved_strict) no(`not resolved (strict) in Set A: fails ${failing.official.slice(0, 3).join(", ")}${failing.official.length > 3 ? ", …" : ""}`);
-      if (!result.with_probes.resolved_strict) {
-        const probes = failing.probes.map((f) => `${f.id}${f.promise ? ` (${f.promise})` : ""}`);
-        if (probes.length) no(`over-strict probe(s), a false reject: ${probes.join(", ")}`);
-        else if (result.official.resolved_strict) no("not resolved (strict) in Set B");
-      }
-    } else if (p.kind === "adversarial") {
-      if (!result.official.resolved) no("not resolved in Set A (an adversarial patch must pass the official tests: adversarial ≥ gold)");
-      if (result.with_probes.resolved) no("resolved in Set B: no probe catches it");
-      for (const promise of p.breaks ?? []) {
-        if (!failing.probes.some((f) => f.promise === promise)) no(`declares it breaks "${promise}", but no probe of that promise fails on it`);
-      }
-    } else if (p.kind === "base") {
-      if (result.with_probes.resolved) no("the pre-PR base is resolved in Set B: the probes do not test what the PR changes");
-    } else {
-      if (result.official.resolved || result.with_probes.resolved) no("resolved, but must not be");
-      if (p.kind === "empty" && result.score !== 0) no(`scores ${result.score}, not 0`);
-    }
+    const problems = acceptanceProblems(p.kind, result, failing, p.breaks);
+    if (problems.length) Object.assign(row, { ok: false, why: problems.join("; ") });
     return row;
   });
   for (const s of submissions) if (!s.ok) add("error", s.kind === "hollow-generated" ? "hollow" : s.kind, `${s.kind} ${s.name}: ${s.why}`);

@@ -168,7 +168,7 @@ describe("tampered and lost records (pure)", () => {
     expect(formatResult(r, "/r/result.json")).toContain("TAMPERED — scored 0; evidence (3):\n  - e1\n  - e2\n  - e3\n");
     const report: DemoReport = { notRunnable: [], rows: [{ task: "t", kind: "golden", name: "golden", patchFile: "g", result: r, promises: {} }] };
     expect(demoTableRows(report)[0]).toEqual(["t:golden", "no", "no", "0.000", "0.000", "— (TAMPERED: e1; e2; …)", ""]);
-    expect(demoExpectationFailures(report)).toEqual(["t:golden: graded tampered: e1 | e2 | e3"]);
+    expect(demoExpectationFailures(report)).toEqual(["t:golden: graded tampered (a task or grader bug): e1; e2"]);
   });
 });
 
@@ -203,8 +203,8 @@ describe("demo expectations (pure)", () => {
     expect(caughtBy(ok.rows[1]!)).toEqual([{ promise: "avg", labels: ["numerical"] }]);
     const bad: DemoReport = { notRunnable: [], rows: [{ ...ok.rows[1]!, breaks: ["other"], result: result(true, true, 1) }] };
     expect(demoExpectationFailures(bad)).toEqual([
-      "t:adversarial/x: resolved in Set B (no probe caught it)",
-      "t:adversarial/x: no failing probe of the promises it breaks (other)",
+      "t:adversarial/x: resolved in Set B: no probe catches it",
+      't:adversarial/x: declares it breaks "other", but no probe of that promise fails on it',
     ]);
     // The base may pass weak official tests; passing with the probes too means they test nothing of the PR.
     const base = (a: boolean, b: boolean): DemoReport => ({ notRunnable: [], rows: [{ task: "t", kind: "base", name: "base", patchFile: null, result: result(a, b, 0.5), promises }] });
