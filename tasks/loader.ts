@@ -101,7 +101,7 @@ export function resolveTaskDir(idOrPath: string, tasksRoot = bundledTasksDir()):
   const dir = join(tasksRoot, idOrPath);
   if (!existsSync(join(dir, "task.yaml"))) {
     const known = listTaskIds(tasksRoot);
-    throw new TaskError(`task: unknown task "${idOrPath}" in ${tasksRoot}${known.length ? ` (known: ${known.join(", ")})` : ""}`);
+    throw new TaskError(`task: unknown task "${idOrPath}" in ${resolve(tasksRoot)}${existsSync(tasksRoot) ? "" : " (no such folder)"}${known.length ? ` (known: ${known.join(", ")})` : ""}`);
   }
   return dir;
 }
