@@ -53,7 +53,7 @@ export const TaskSpecSchema = z.strictObject({
    */
   world_sizes: z
     .array(z.number().int().min(1).max(1024))
-    .min(1, "expected at least one world size")
+    .min(1)
     .refine((ws) => new Set(ws).size === ws.length, "expected distinct world sizes")
     .optional(),
   timeout_sec: z.number().positive().max(86_400).describe("per test"),
