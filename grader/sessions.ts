@@ -260,7 +260,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
   const extra: Array<[string, string]> = [[staged.probeDir, PROBES_DIR]];
   const say = (text: string) => unmapText(staged.map, text, extra);
   const evidence = () => sessions.flatMap((s) => s.tamper_evidence ?? []);
-  const lost = () => sessions.filter((s) => s.lost_records).map((s) => `${s.file ?? `${s.mode}.${s.session}`}: ${s.lost_records}`);
+  const lost = () => sessions.filter((s) => s.lost_records).map((s) => `${s.file}: ${s.lost_records}`);
   const stop = (plan: SessionPlan, i: number): PartialRun | undefined => {
     const rest = plans.slice(i + 1);
     if (!rest.length || !opts.stopWhen?.(sessions.at(-1)!, plan)) return undefined;
