@@ -18,8 +18,8 @@ import { PROBES_DIR, pytestPinFor, stagedHashesNow, type StagedTests } from "./w
  * The pytest sessions of one grading run, and running them with a file per finished session so
  * that a killed run resumes where it stopped.
  *
- * Per mode, the official tests and the probes run in SEPARATE launcher sessions, official first, and
- * every session starts from the same state: fresh processes, a fresh sandbox (the factory is called
+ * Per world size and mode, the official tests and the probes run in SEPARATE launcher sessions, every
+ * official session before any probe session, and every session starts from the same state: fresh processes, a fresh sandbox (the factory is called
  * once per session and the sandbox closed after it: on docker a new container, on local a new /tmp and
  * $HOME), and the grading workspace written back to its post-install state (fresh-state.ts). So code
  * under test cannot tell a probe from an official test by the order it is called in or by what an
