@@ -1,7 +1,7 @@
 import { resolve } from "node:path";
 import type { Command } from "commander";
 import { bundledTasksDir } from "../lib/paths.js";
-import { addGraderOptions, checkGraderRun, graderSandboxFactoryFromFlags, progressToStderr, type GraderCliOptions } from "./grade.js";
+import { RANKS_HELP, addGraderOptions, checkGraderRun, graderSandboxFactoryFromFlags, parseRanks, progressToStderr, type GraderCliOptions } from "./grade.js";
 
 /** Gold's runs per calibration (grader/calibrate.ts CALIBRATION_RUNS; said here so `--help` loads no grader). */
 const RUNS = 3;
@@ -12,8 +12,9 @@ export function registerCalibrateCommands(program: Command): void {
     .description(`run the golden patch ${RUNS}× on this machine and cache the collected cases and which pass (by task content hash + the fingerprint of the sandbox the tests run in); flaky cases are reported`)
     .requiredOption("--task <id>", "task id (or a path to a task folder)")
     .option("--force", "run gold again from scratch even when a cached calibration (or a killed one's session files) exists")
+    .option("--ranks <n>", RANKS_HELP.replace(/^grade/, "calibrate"), parseRanks)
     .option("--json", "print the calibration as JSON on stdout");
-  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; force?: boolean }) => {
+  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; force?: boolean; ranks?: number }) => {
     const [{ loadGraderTask }, { CALIBRATION_RUNS, calibrate }, { goldView }] = await Promise.all([
       import("../tasks/loader.js"),
       import("../grader/calibrate.js"),
@@ -27,6 +28,7 @@ export function registerCalibrateCommands(program: Command): void {
       cacheDir: resolve(opts.calibrationDir),
       sandboxFactory: graderSandboxFactoryFromFlags(opts, [opts.tasksDir ?? bundledTasksDir(), opts.calibrationDir]),
       force: opts.force,
+      ...(opts.ranks !== undefined ? { worldSizes: [opts.ranks] } : {}),
       onProgress: progressToStderr(""),
     });
     const cal = handle.calibration;
@@ -38,7 +40,7 @@ export function registerCalibrateCommands(program: Command): void {
     const count = (suite: string) => gold.filter((g) => g.suite === suite).length;
     const required = (suite: string) => gold.filter((g) => g.suite === suite && g.required).length;
     const lines = [
-      `${task.id}: gold calibration ${handle.cached ? "(cached)" : `(${cal.runs} runs, ${cal.duration_s.toFixed(1)} s)`}`,
+      `${task.id}: gold calibration ${handle.cached ? "(cached)" : `(${cal.runs} runs, ${cal.duration_s.toFixed(1)} s)`} at world size(s) ${cal.world_sizes.join(", ")}`,
       `  official: ${count("official")} cases, gold passes ${required("official")} in every run`,
       `  probes:   ${count("probe")} cases, gold passes ${required("probe")} in every run`,
       `  hardware: ${cal.fingerprint.cpu_model} ×${cal.fingerprint.cpu_count}${cal.fingerprint.gpus.length ? `, ${cal.fingerprint.gpus.join(", ")}` : ", no GPU"}, torch ${cal.fingerprint.torch}`,

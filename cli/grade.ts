@@ -120,6 +120,8 @@ export function formatResult(r: GradeResult, resultPath: string, reverts: Revert
     `${name.padEnd(22)} ${s.passed ?? "-"}/${s.n_cases} passed   s_p ${s.score === null ? "n/a" : s.score.toFixed(3)}   resolved ${yesNo(s.resolved)}   strict ${yesNo(s.resolved_strict)}`;
   const lines = [
     `${r.task_id}: ${r.status}${r.apply_method ? ` (applied with ${r.apply_method})` : ""}${r.reason ? ` — ${reasonOnce(r)}` : ""}`,
+    ...(r.world_sizes ? [`world sizes graded: ${r.world_sizes.join(", ")}`] : []),
+    ...(r.partial ? [`stopped early after ${r.partial.stopped_after}; skipped: ${r.partial.skipped.join(", ")}`] : []),
     set("Set A (official)", r.official),
     set("Set B (with probes)", r.with_probes),
   ];
@@ -152,6 +154,15 @@ export function formatResult(r: GradeResult, resultPath: string, reverts: Revert
   return lines.join("\n");
 }
 
+/** `--ranks N`: grade (or calibrate) at world size N only, instead of the task's world sizes. */
+export function parseRanks(v: string): number {
+  const n = Number(v);
+  if (!/^[0-9]+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < 1 || n > 1024) throw new InvalidArgumentError(`expected a whole number of ranks from 1 to 1024, got "${v}"`);
+  return n;
+}
+
+export const RANKS_HELP = "grade at this world size only (an integer ≥ 1), instead of the task's world_sizes (default: its ranks); gold is calibrated at it once and cached apart";
+
 function parseOut(v: string): string {
   if (!v.trim()) throw new InvalidArgumentError("expected a folder");
   return v;
@@ -166,8 +177,9 @@ export function registerGradeCommands(program: Command): void {
     .option("--allow-missing-patch", "batch grading: a --patch file that does not exist scores 0 as missing_patch (results keyed by its path) instead of failing")
     .option("--force", "grade again: ignore a complete earlier result of this submission and its session files (gold's cached calibration is kept; calibrate --force re-runs it)")
     .option("--out <dir>", `results folder: <out>/<task_id>/<submission-hash>/result.json (default from $INFRADEV_RESULTS_DIR, else $XDG_STATE_HOME/infradev/results or ~/.local/state/infradev/results; never inside the package)`, parseOut, defaultResultsDir())
+    .option("--ranks <n>", RANKS_HELP, parseRanks)
     .option("--json", "print the result as one JSON object on stdout");
-  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; patch?: string; allowMissingPatch?: boolean; force?: boolean }) => {
+  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; patch?: string; allowMissingPatch?: boolean; force?: boolean; ranks?: number }) => {
     const [{ loadGraderTask }, { gradeSubmission }] = await Promise.all([import("../tasks/loader.js"), import("../grader/grade.js")]);
     const task = loadGraderTask(opts.task, opts.tasksDir);
     const patchFile = opts.patch ? resolve(opts.patch) : null;
@@ -182,6 +194,7 @@ export function registerGradeCommands(program: Command): void {
       calibrationDir: resolve(opts.calibrationDir),
       sandboxFactory: graderSandboxFactoryFromFlags(opts, [opts.tasksDir ?? bundledTasksDir(), opts.out, opts.calibrationDir]),
       force: opts.force,
+      ...(opts.ranks !== undefined ? { worldSizes: [opts.ranks] } : {}),
       onProgress: progressToStderr(`[grade ${task.id}] `),
     });
     const resultPath = resolve(out.artifactDir, "result.json");

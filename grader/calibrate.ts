@@ -4,6 +4,7 @@ import { clearArtifacts, readJsonFile, taskContentHash, writeJsonAtomic } from "
 import { fingerprintHash, hardwareFingerprint } from "./fingerprint.js";
 import { runSubmission, type SandboxFactory } from "./pipeline.js";
 import { flakyIds } from "./score.js";
+import { gradedWorldSizes, worldSizesTag } from "./sessions.js";
 import type { Calibration, CaseRecord, GoldCase, HardwareFingerprint } from "./types.js";
 import { defaultCalibrationDir } from "../lib/paths.js";
 
@@ -18,8 +19,9 @@ import { defaultCalibrationDir } from "../lib/paths.js";
  * 3: gold run with the staged, renamed tests and canaries (and held to the same tamper checks).
  * 4: gold run under the same plan as submissions: separate official / probe sessions, each from
  *    the same fresh state.
+ * 5: gold run at each graded world size (`world_sizes`; ids carry `ws<N>/` the way a grade's do).
  */
-export const CALIBRATION_FORMAT = 4;
+export const CALIBRATION_FORMAT = 5;
 export const CALIBRATION_RUNS = 3;
 
 export { defaultCalibrationDir }; // lives in lib/paths.ts: the sandboxes mask it
@@ -47,6 +49,8 @@ export interface CalibrateOptions {
   /** Computed once and shared by callers that grade many submissions. */
   fingerprint?: HardwareFingerprint;
   taskHash?: string;
+  /** The world sizes gold runs at (default: the task's, gradedWorldSizes); `grade --ranks N` passes [N]. */
+  worldSizes?: readonly number[];
   runs?: number;
   /** Ignore a cached calibration and its runs' session files: gold runs again from scratch. */
   force?: boolean;
@@ -81,8 +85,14 @@ export function combineRuns(runs: CaseRecord[][]): GoldCase[] {
   return order.map((id) => byId.get(id)!);
 }
 
-export function calibrationDirFor(cacheDir: string, task: GraderTask, taskHash: string, fp: HardwareFingerprint): string {
-  return join(cacheDir, task.id, `${taskHash.slice(0, 16)}-${fingerprintHash(fp)}`);
+/**
+ * `<cache>/<task>/<task hash>-<fingerprint>`, with `-ws<N>[-<N>…]` when the world sizes are not the
+ * task's own (those are in the task hash already): `grade --ranks 4` calibrates at 4 once, beside
+ * the default calibration, and reuses it.
+ */
+export function calibrationDirFor(cacheDir: string, task: GraderTask, taskHash: string, fp: HardwareFingerprint, worldSizes?: readonly number[]): string {
+  const tag = worldSizes ? worldSizesTag(task.fullSpec, worldSizes) : "";
+  return join(cacheDir, task.id, `${taskHash.slice(0, 16)}-${fingerprintHash(fp)}${tag}`);
 }
 
 export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHandle> {
@@ -90,10 +100,11 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
   const runs = opts.runs ?? CALIBRATION_RUNS;
   const taskHash = opts.taskHash ?? taskContentHash(task.taskDir);
   const fingerprint = opts.fingerprint ?? (await hardwareFingerprint(task, opts.sandboxFactory));
-  const dir = calibrationDirFor(opts.cacheDir ?? defaultCalibrationDir(), task, taskHash, fingerprint);
+  const worldSizes = opts.worldSizes ? [...opts.worldSizes].sort((a, b) => a - b) : gradedWorldSizes(task.fullSpec);
+  const dir = calibrationDirFor(opts.cacheDir ?? defaultCalibrationDir(), task, taskHash, fingerprint, worldSizes);
   const file = join(dir, "calibration.json");
   const cached = readJsonFile<Calibration>(file);
-  if (!opts.force && cached && cached.format === CALIBRATION_FORMAT && cached.task_hash === taskHash && cached.runs === runs) {
+  if (!opts.force && cached && cached.format === CALIBRATION_FORMAT && cached.task_hash === taskHash && cached.runs === runs && cached.world_sizes?.join(",") === worldSizes.join(",")) {
     return { calibration: cached, file, cached: true };
   }
   // --force: gold really runs again; the cache entry and the per-run session files (resume points) go (clearArtifacts).
@@ -108,7 +119,7 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
       patchFile: task.hidden.goldenPatch,
       artifactDir: join(dir, `run${i}`),
       sandboxFactory: opts.sandboxFactory,
-     
+      worldSizes,
       onProgress: progress,
       signal: opts.signal,
     });
@@ -127,6 +138,7 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
     format: CALIBRATION_FORMAT,
     task_id: task.id,
     task_hash: taskHash,
+    world_sizes: worldSizes,
     fingerprint,
     fingerprint_hash: fingerprintHash(fingerprint),
     runs,

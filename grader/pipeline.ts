@@ -6,9 +6,9 @@ import { applyPatch } from "./apply.js";
 import { writeJsonAtomic } from "./files.js";
 import { checkPatch } from "./patch-check.js";
 import { runRanks } from "../sandbox/ranks.js";
-import { GradingInterrupted, planSessions, runSessions } from "./sessions.js";
+import { GradingInterrupted, planSessions, runSessions, type SessionPlan } from "./sessions.js";
 import type { ConfigRevert, PytestPin } from "./test-config.js";
-import type { ApplyMethod, CaseRecord, CollectionError, SessionResult } from "./types.js";
+import type { ApplyMethod, CaseRecord, CollectionError, PartialRun, SessionResult } from "./types.js";
 import { captureWorkspaceState, restoreWorkspaceState } from "./fresh-state.js";
 import { freshWorkspace, installGradingTests, pytestPinFor, removeWorkspace, revertTestConfig } from "./workspace.js";
 
@@ -34,6 +34,10 @@ export interface RunSubmissionOptions {
   patchFile: string | null;
   artifactDir: string;
   sandboxFactory: SandboxFactory;
+  /** The world sizes to run every suite at (default: the task's, sessions.ts gradedWorldSizes). */
+  worldSizes?: readonly number[];
+  /** Asked after each session: true skips the rest (sessions.ts runSessions). */
+  stopWhen?: (session: SessionResult, plan: SessionPlan) => boolean;
   onProgress?: (msg: string) => void;
   signal?: AbortSignal;
 }
@@ -60,6 +64,8 @@ export type RunOutcome =
       revertedTestConfig: ConfigRevert[];
       pytestPin: PytestPin;
       reusedSessions: string[];
+      /** Set when stopWhen stopped the run early. */
+      partial?: PartialRun;
     };
 
 export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutcome> {
@@ -103,7 +109,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       pin.droppedAddopts.length ? `left ${pin.droppedAddopts.join(" ")} out of the base's addopts` : "",
     ].filter(Boolean);
     opts.onProgress?.(`${applied.method ? `applied with ${applied.method}` : "the base as it is"}${notes.map((n) => `; ${n}`).join("")}`);
-    const plans = planSessions(task, ws.repoDir, install.staged, { pin });
+    const plans = planSessions(task, ws.repoDir, install.staged, { pin, ...(opts.worldSizes ? { worldSizes: opts.worldSizes } : {}) });
     const reverts = { revertedTestEdits: install.reverted, revertedTestConfig: configReverts, pytestPin: pin };
     // The post-PR state every session starts from (fresh-state.ts), kept outside the workspace.
     const state = captureWorkspaceState(ws.repoDir, join(ws.root, "grading", "state"));
@@ -118,8 +124,9 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       staged: install.staged,
       onProgress: opts.onProgress,
       signal: opts.signal,
+      ...(opts.stopWhen ? { stopWhen: opts.stopWhen } : {}),
     });
-    const lostPlans = plans.filter((p) => out.sessions.some((s) => s.mode === p.mode && s.session === p.name && s.lost_records));
+    const lostPlans = plans.filter((p) => out.sessions.some((s) => s.file === p.fileName && s.lost_records));
     return {
       kind: "ran",
       method: applied.method,
@@ -132,6 +139,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       lostPrefixes: [...new Set(lostPlans.map((p) => p.idPrefix))],
       ...reverts,
       reusedSessions: out.reused,
+      ...(out.partial ? { partial: out.partial } : {}),
     };
   } finally {
     removeWorkspace(ws, { recordIn: artifactDir });
@@ -143,6 +151,8 @@ export interface ControlOptions {
   sandboxFactory: SandboxFactory;
   /** The mode whose session lost its records (its env is used). */
   mode: string;
+  /** The world size that session ran at (the control runs at the same). */
+  ranks: number;
   /** Host folder for the control's files (apply.log stays out: nothing is applied). */
   artifactDir: string;
   onProgress?: (msg: string) => void;
@@ -153,12 +163,13 @@ export type ControlOutcome = { ok: true } | { ok: false; why: string };
 
 /**
  * The control run for a session whose records were lost: the same sandbox factory over a fresh
- * base workspace (nothing of the submission in it), the canaries only, on as many ranks as the task.
+ * base workspace (nothing of the submission in it), the canaries only, on as many ranks as the session
+ * that lost its records.
  * If it loses its records too (or cannot run), the harness is at fault; if it runs cleanly, the loss
  * was the submission's.
  */
 export async function runControl(opts: ControlOptions): Promise<ControlOutcome> {
-  const { task } = opts;
+  const { task, ranks } = opts;
   const spec = task.fullSpec;
   mkdirSync(opts.artifactDir, { recursive: true });
   const ws = await freshWorkspace(task, { recordIn: opts.artifactDir, onProgress: opts.onProgress });
@@ -173,9 +184,9 @@ export async function runControl(opts: ControlOptions): Promise<ControlOutcome> 
       return { ok: false, why: `the control's sandbox could not start: ${(e as Error).message}` };
     }
     try {
-      opts.onProgress?.(`control: ${install.staged.canaries.length} canaries on the base, ${spec.ranks} rank(s)`);
+      opts.onProgress?.(`control: ${install.staged.canaries.length} canaries on the base, ${ranks} rank(s)`);
       const r = await runRanks(sandbox, {
-        ranks: spec.ranks,
+        ranks,
         pytestArgs: [...files, "--continue-on-collection-errors", ...pin.args],
         outDir: ".infradev/grade/control",
         perTestTimeoutSec: spec.timeout_sec,

@@ -8,6 +8,7 @@ import type {
   GradeResult,
   GradeStatus,
   GradedCase,
+  PartialRun,
   SetScore,
   Suite,
 } from "./types.js";
@@ -77,9 +78,18 @@ export function unscoredSet(gold: readonly GoldView[]): SetScore {
   return { n_cases: gold.length, passed: null, score: null, resolved: null, resolved_strict: null };
 }
 
+/** A session an early stop skipped, as scoring needs it: a case in one of them never ran. */
+export type SkippedSession = PartialRun["skipped_sessions"][number];
+
+function inSkipped(g: GoldView, skipped: readonly SkippedSession[]): boolean {
+  return skipped.some((s) => s.suite === g.suite && g.id.startsWith(s.idPrefix));
+}
+
 /** Per-case report over gold's cases, with a failure label where gold reliably passes and the submission does not. */
-export function gradeCases(gold: readonly GoldView[], sub: ReadonlyMap<string, CaseRecord>, collectionErrors: readonly CollectionError[], lostPrefixes: readonly string[] = []): GradedCase[] {
+export function gradeCases(gold: readonly GoldView[], sub: ReadonlyMap<string, CaseRecord>, collectionErrors: readonly CollectionError[], lostPrefixes: readonly string[] = [], skipped: readonly SkippedSession[] = []): GradedCase[] {
   return gold.map((g) => {
+    // A session skipped by an early stop: its cases did not run (not passed, not labelled).
+    if (!sub.has(g.id) && inSkipped(g, skipped)) return { id: g.id, suite: g.suite, outcome: "not_run" as const };
     // A session whose records were lost: every case it held counts failed, as a crash of the run.
     const lost = !sub.has(g.id) && lostPrefixes.some((p) => g.id.startsWith(p));
     const c = sub.get(g.id) ?? (lost ? { id: g.id, suite: g.suite, outcome: "failed" as const, reason: "crash" as const, time_s: 0 } : undefined);
@@ -100,6 +110,18 @@ export interface SubmissionOutcome {
   /** Case-id prefixes (`<mode>/`, "" with one mode) of sessions whose records were lost: their cases count failed, as crashes. */
   lost_prefixes?: readonly string[];
   tamper_evidence?: readonly string[];
+  /** The world sizes the suites ran at (copied into the result). */
+  world_sizes?: readonly number[];
+  /**
+   * An early stop (grade.ts stopEarly): the session it stopped after, of which suite, and the sessions
+   * it skipped. Every suite with a session that stopped or was skipped is not resolved.
+   */
+  partial?: PartialRun;
+}
+
+/** A set that an early stop left incomplete: never resolved (the session that stopped failed a case gold passes). */
+function unresolved(s: SetScore): SetScore {
+  return { ...s, resolved: false, resolved_strict: false };
 }
 
 /** The whole result from gold and the submission's outcome. Top-level numbers are Set B's. */
@@ -112,7 +134,13 @@ export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcom
     const sub = new Map((run.cases ?? []).map((c) => [c.id, c]));
     setA = scoreSet(official, sub);
     setB = scoreSet(gold, sub);
-    cases = gradeCases(gold, sub, run.collection_errors ?? [], run.lost_prefixes ?? []);
+    cases = gradeCases(gold, sub, run.collection_errors ?? [], run.lost_prefixes ?? [], run.partial?.skipped_sessions ?? []);
+    if (run.partial) {
+      // Official sessions all come before the probe sessions (sessions.ts): a stop in an official
+      // session leaves Set A incomplete; any stop leaves Set B incomplete.
+      if (run.partial.stopped_suite === "official") setA = unresolved(setA);
+      setB = unresolved(setB);
+    }
   } else if (run.status === "tampered") {
     // Scores 0; the outcomes as the (untrusted) records had them are kept for review, unlabelled.
     const sub = new Map((run.cases ?? []).map((c) => [c.id, c]));
@@ -140,6 +168,8 @@ export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcom
     with_probes: setB,
     tamper_evidence: run.status === "tampered" ? [...(run.tamper_evidence ?? [])] : [],
     cases,
+    ...(run.world_sizes ? { world_sizes: [...run.world_sizes] } : {}),
+    ...(run.partial ? { partial: { stopped_after: run.partial.stopped_after, skipped: [...run.partial.skipped] } } : {}),
   };
 }
 

@@ -5,9 +5,10 @@ import type { MergedCase } from "../sandbox/merge.js";
 import { runRanks, type LaunchSummary } from "../sandbox/ranks.js";
 import type { Sandbox } from "../sandbox/types.js";
 import type { GraderTask } from "../tasks/loader.js";
+import type { TaskSpec } from "../tasks/schema.js";
 import { readJsonFile, writeJsonAtomic } from "./files.js";
 import { exceptionType } from "./labels.js";
-import type { CaseRecord, CollectionError, SessionResult, Suite } from "./types.js";
+import type { CaseRecord, CollectionError, PartialRun, SessionResult, Suite } from "./types.js";
 import { mapCaseId, unmapText, type Canary, type InstallMap } from "./install.js";
 import { capEvidence, tamperEvidence } from "./tamper.js";
 import type { PytestPin } from "./test-config.js";
@@ -17,8 +18,8 @@ import { PROBES_DIR, pytestPinFor, stagedHashesNow, type StagedTests } from "./w
  * The pytest sessions of one grading run, and running them with a file per finished session so
  * that a killed run resumes where it stopped.
  *
- * Per mode, the official tests and the probes run in SEPARATE launcher sessions, official first, and
- * every session starts from the same state: fresh processes, a fresh sandbox (the factory is called
+ * Per world size and mode, the official tests and the probes run in SEPARATE launcher sessions, every
+ * official session before any probe session, and every session starts from the same state: fresh processes, a fresh sandbox (the factory is called
  * once per session and the sandbox closed after it: on docker a new container, on local a new /tmp and
  * $HOME), and the grading workspace written back to its post-install state (fresh-state.ts). So code
  * under test cannot tell a probe from an official test by the order it is called in or by what an
@@ -31,11 +32,37 @@ import { PROBES_DIR, pytestPinFor, stagedHashesNow, type StagedTests } from "./w
 /**
  * 2: real ids mapped back from the random install, canaries, tamper evidence, lost records.
  * 3: official tests and probes always in separate sessions, each from the same fresh state.
+ * 4: a session per world size (`ranks` in the key; `ws<N>/` ids and `<mode>.ws<N>.<name>` files when not just `[ranks]`).
  */
-export const SESSION_FORMAT = 3;
+export const SESSION_FORMAT = 4;
+
+/**
+ * The world sizes a grade runs every suite at, ascending: `override` alone (`grade --ranks N`), else
+ * the task's `world_sizes`, else its `ranks`.
+ */
+export function gradedWorldSizes(spec: Pick<TaskSpec, "ranks" | "world_sizes">, override?: number): number[] {
+  if (override !== undefined) return [override];
+  return [...(spec.world_sizes ?? [spec.ranks])].sort((a, b) => a - b);
+}
+
+/**
+ * `""` for the task's own world sizes, else `-ws<N>[-<N>…]`: what keeps a calibration or a result at
+ * other world sizes (`--ranks N`) apart from the default one (the task's own are in its content hash).
+ */
+export function worldSizesTag(spec: Pick<TaskSpec, "ranks" | "world_sizes">, worldSizes: readonly number[]): string {
+  const ws = [...worldSizes].sort((a, b) => a - b);
+  return ws.join(",") === gradedWorldSizes(spec).join(",") ? "" : `-ws${ws.join("-")}`;
+}
+
+/** Whether ids and file names must carry the world size: anything but exactly the task's `ranks`. */
+export function namesCarryWorldSize(spec: Pick<TaskSpec, "ranks">, worldSizes: readonly number[]): boolean {
+  return !(worldSizes.length === 1 && worldSizes[0] === spec.ranks);
+}
 
 export interface SessionPlan {
   mode: string;
+  /** The world size this session runs at. */
+  ranks: number;
   /** "official" (the post-PR tests) or "probe" (the hidden probes). */
   name: "official" | "probe";
   pytestArgs: string[];
@@ -44,8 +71,13 @@ export interface SessionPlan {
   /** The test paths among them, with stable names (progress lines; never an option's value such as -c's file). */
   testPaths: string[];
   env: Record<string, string>;
-  /** Prefix of case ids: `<mode>/` when the task has more than one mode. */
+  /**
+   * Prefix of case ids: `<mode>/` when the task has more than one mode, then `ws<N>/` when the graded
+   * world sizes are not exactly `[ranks]` (namesCarryWorldSize).
+   */
   idPrefix: string;
+  /** `<mode>.<name>`, or `<mode>.ws<N>.<name>` when ids carry the world size: the session file and log folder. */
+  fileName: string;
   /** The canaries this session runs (installed under its paths). */
   canaries: Canary[];
 }
@@ -54,11 +86,15 @@ export interface SessionPlan {
 export type SessionLayout = Pick<StagedTests, "officialDirs" | "probeDir" | "canaries">;
 
 /**
- * Per mode: the official session (when there are official tests), then the probe session.
+ * Per world size × mode an official session (when there are official tests) and a probe session.
+ * Every official session comes first (world sizes ascending, then modes), then every probe session
+ * in the same order: a grade that stops early (grade.ts) can stop before any probe ran, and the order
+ * says nothing to the code under test (each session starts from the same fresh state anyway).
  * `pin`: the arguments that pin pytest's config to the base's (test-config.ts); read from the
  * repo root when not given — after the restore of the submission's pytest-affecting files.
+ * `worldSizes`: default gradedWorldSizes(task's spec).
  */
-export function planSessions(task: GraderTask, repoDir: string, layout: SessionLayout, opts: { pin?: PytestPin } = {}): SessionPlan[] {
+export function planSessions(task: GraderTask, repoDir: string, layout: SessionLayout, opts: { pin?: PytestPin; worldSizes?: readonly number[] } = {}): SessionPlan[] {
   const spec = task.fullSpec;
   const official = layout.officialDirs;
   const probes = layout.probeDir;
@@ -66,25 +102,29 @@ export function planSessions(task: GraderTask, repoDir: string, layout: SessionL
   const common = ["--continue-on-collection-errors", ...(opts.pin ?? pytestPinFor(repoDir)).args];
   const stable = (args: string[]) => args.map((a) => a.split(probes).join(PROBES_DIR));
   const only = (loc: string) => layout.canaries.filter((c) => c.location === loc);
-  return modes.flatMap((mode): SessionPlan[] => {
-    const env = { ...spec.env.vars, ...spec.modes[mode] };
-    const idPrefix = modes.length > 1 ? `${mode}/` : "";
-    const plan = (name: SessionPlan["name"], paths: string[], options: string[], canaries: Canary[]): SessionPlan => ({
-      mode,
-      name,
-      pytestArgs: [...paths, ...options, ...common],
-      keyArgs: stable([...paths, ...options, ...common]),
-      testPaths: stable(paths),
-      env,
-      idPrefix,
-      canaries,
-    });
-    return [...(official.length ? [plan("official", official, [`--ignore=${probes}`], only("official"))] : []), plan("probe", [probes], [], only("probe"))];
+  const worldSizes = [...(opts.worldSizes ?? gradedWorldSizes(spec))].sort((a, b) => a - b);
+  const carry = namesCarryWorldSize(spec, worldSizes);
+  const plan = (mode: string, ranks: number, name: SessionPlan["name"], paths: string[], options: string[], canaries: Canary[]): SessionPlan => ({
+    mode,
+    ranks,
+    name,
+    pytestArgs: [...paths, ...options, ...common],
+    keyArgs: stable([...paths, ...options, ...common]),
+    testPaths: stable(paths),
+    env: { ...spec.env.vars, ...spec.modes[mode] },
+    idPrefix: `${modes.length > 1 ? `${mode}/` : ""}${carry ? `ws${ranks}/` : ""}`,
+    fileName: carry ? `${mode}.ws${ranks}.${name}` : `${mode}.${name}`,
+    canaries,
   });
+  const each = (make: (mode: string, ranks: number) => SessionPlan[]) => worldSizes.flatMap((ranks) => modes.flatMap((mode) => make(mode, ranks)));
+  return [
+    ...each((mode, ranks) => (official.length ? [plan(mode, ranks, "official", official, [`--ignore=${probes}`], only("official"))] : [])),
+    ...each((mode, ranks) => [plan(mode, ranks, "probe", [probes], [], only("probe"))]),
+  ];
 }
 
 export function sessionFileName(plan: SessionPlan): string {
-  return `${plan.mode}.${plan.name}`;
+  return plan.fileName;
 }
 
 /** The suite of a real case id (probes' real ids start with infradev_probes/). */
@@ -95,7 +135,7 @@ export function suiteOf(nodeid: string): Suite {
 /** What identifies a session's result: a file written under another key is run again, never reused. */
 export function sessionKey(taskHash: string, task: GraderTask, plan: SessionPlan): string {
   const spec = task.fullSpec;
-  const what = { SESSION_FORMAT, taskHash, plan: { mode: plan.mode, name: plan.name, args: plan.keyArgs, env: plan.env, idPrefix: plan.idPrefix }, ranks: spec.ranks, timeout_sec: spec.timeout_sec, run_timeout_sec: spec.run_timeout_sec };
+  const what = { SESSION_FORMAT, taskHash, plan: { mode: plan.mode, name: plan.name, args: plan.keyArgs, env: plan.env, idPrefix: plan.idPrefix }, ranks: plan.ranks, timeout_sec: spec.timeout_sec, run_timeout_sec: spec.run_timeout_sec };
   return createHash("sha256").update(JSON.stringify(what)).digest("hex").slice(0, 24);
 }
 
@@ -169,6 +209,11 @@ export interface RunSessionsOptions {
   staged: StagedTests;
   onProgress?: (msg: string) => void;
   signal?: AbortSignal;
+  /**
+   * Asked after each session (run or reused, without a harness fault): true skips every session
+   * after it (grade.ts's early stop for the check's mutants).
+   */
+  stopWhen?: (session: SessionResult, plan: SessionPlan) => boolean;
 }
 
 export interface SessionsOutcome {
@@ -181,6 +226,8 @@ export interface SessionsOutcome {
   tamperEvidence: string[];
   /** `<session>: why` for each session whose records were lost (the launcher killed, no bundle). */
   lostRecords: string[];
+  /** Set when stopWhen stopped the run: the sessions after it did not run. */
+  partial?: PartialRun;
 }
 
 /** The grader's own signal stopped the run: there is no result to record. */
@@ -213,8 +260,13 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
   const extra: Array<[string, string]> = [[staged.probeDir, PROBES_DIR]];
   const say = (text: string) => unmapText(staged.map, text, extra);
   const evidence = () => sessions.flatMap((s) => s.tamper_evidence ?? []);
-  const lost = () => sessions.filter((s) => s.lost_records).map((s) => `${s.mode}.${s.session}: ${s.lost_records}`);
-  for (const plan of plans) {
+  const lost = () => sessions.filter((s) => s.lost_records).map((s) => `${s.file}: ${s.lost_records}`);
+  const stop = (plan: SessionPlan, i: number): PartialRun | undefined => {
+    const rest = plans.slice(i + 1);
+    if (!rest.length || !opts.stopWhen?.(sessions.at(-1)!, plan)) return undefined;
+    return { stopped_after: plan.fileName, skipped: rest.map((p) => p.fileName), stopped_suite: plan.name, skipped_sessions: rest.map((p) => ({ idPrefix: p.idPrefix, suite: p.name })) };
+  };
+  for (const [i, plan] of plans.entries()) {
     const name = sessionFileName(plan);
     const file = join(opts.resultsDir, `${name}.json`);
     const key = sessionKey(opts.taskHash, task, plan);
@@ -223,9 +275,11 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       opts.onProgress?.(`${name}: finished in an earlier run, reusing ${file}`);
       sessions.push(done);
       reused.push(name);
+      const partial = stop(plan, i);
+      if (partial) return stopped(partial);
       continue;
     }
-    opts.onProgress?.(`${name}: running ${plan.testPaths.join(" + ")} (+ ${plan.canaries.length} canaries) on ${spec.ranks} rank(s)`);
+    opts.onProgress?.(`${name}: running ${plan.testPaths.join(" + ")} (+ ${plan.canaries.length} canaries) on ${plan.ranks} rank(s)`);
     // The launcher's folder in the workspace (the code under test sees it): the same name for the
     // official and the probe session of a mode, so it says nothing about which one is running.
     const outDir = `.infradev/grade/${plan.mode}`;
@@ -241,7 +295,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
     const started = Date.now();
     try {
       r = await runRanks(sandbox, {
-        ranks: spec.ranks,
+        ranks: plan.ranks,
         pytestArgs: plan.pytestArgs,
         outDir,
         perTestTimeoutSec: spec.timeout_sec,
@@ -263,12 +317,14 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
     const tamper =
       harnessError || lostRecords
         ? hashEvidenceOnly(staged, hashesAfter, name)
-        : tamperEvidence({ session: name, ranks: spec.ranks, cases: r.cases, integrity: r.integrity, events: r.launch?.events, map: staged.map, canaries: plan.canaries, hashesBefore: staged.hashes, hashesAfter, extra, collectionErrors: collectionErrorIds(r.launch) });
+        : tamperEvidence({ session: name, ranks: plan.ranks, cases: r.cases, integrity: r.integrity, events: r.launch?.events, map: staged.map, canaries: plan.canaries, hashesBefore: staged.hashes, hashesAfter, extra, collectionErrors: collectionErrorIds(r.launch) });
     const canaryCases = r.cases.filter((c) => mapCaseId(staged.map, c.id)?.suite === "canary");
     const result: SessionResult = {
       key,
       mode: plan.mode,
       session: plan.name,
+      ranks: plan.ranks,
+      file: name,
       cases: lostRecords ? [] : mapSession(staged.map, r.cases, plan.idPrefix, r.launch?.status, say),
       collection_errors: lostRecords ? [] : collectionErrors(r.launch, plan.idPrefix, say),
       launch_status: r.launch?.status ?? null,
@@ -282,8 +338,15 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
     sessions.push(result);
     if (harnessError) return { sessions, harnessError: `${name}: ${harnessError}`, reused, tamperEvidence: evidence(), lostRecords: lost() };
     opts.onProgress?.(`${name}: ${summarize(result)} in ${result.duration_s.toFixed(1)} s${tamper.length ? ` — TAMPER EVIDENCE: ${tamper.length} line(s)` : ""}${lostRecords ? ` — records lost: ${lostRecords}` : ""}`);
+    const partial = stop(plan, i);
+    if (partial) return stopped(partial);
   }
   return { sessions, reused, tamperEvidence: evidence(), lostRecords: lost() };
+
+  function stopped(partial: PartialRun): SessionsOutcome {
+    opts.onProgress?.(`stopping early after ${partial.stopped_after}: skipping ${partial.skipped.join(", ")}`);
+    return { sessions, reused, tamperEvidence: evidence(), lostRecords: lost(), partial };
+  }
 }
 
 /** The ids the launcher reported collection errors under (installed names). */

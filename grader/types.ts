@@ -77,6 +77,10 @@ export interface SessionResult {
   key: string;
   mode: string;
   session: string;
+  /** The world size it ran at. */
+  ranks: number;
+  /** Its name in sessions/ and logs/ (`<mode>.<session>` or `<mode>.ws<N>.<session>`). */
+  file: string;
   cases: CaseRecord[];
   collection_errors: CollectionError[];
   launch_status: string | null;
@@ -88,6 +92,17 @@ export interface SessionResult {
   lost_records?: string;
   harness_error?: string;
   duration_s: number;
+}
+
+/**
+ * An early stop (grade.ts stopEarly, sessions.ts stopWhen): the session it stopped after (file name)
+ * and of which suite, and the sessions it skipped, by name and as scoring needs them.
+ */
+export interface PartialRun {
+  stopped_after: string;
+  skipped: string[];
+  stopped_suite: Suite;
+  skipped_sessions: Array<{ idPrefix: string; suite: Suite }>;
 }
 
 /** Per-case gold outcome over the calibration runs. */
@@ -103,6 +118,8 @@ export interface Calibration {
   format: number;
   task_id: string;
   task_hash: string;
+  /** The world sizes gold ran at (its case ids carry them the way a grade's do). */
+  world_sizes: number[];
   fingerprint: HardwareFingerprint;
   fingerprint_hash: string;
   runs: number;
@@ -165,4 +182,12 @@ export interface GradeResult {
    */
   tamper_evidence: string[];
   cases: GradedCase[];
+  /** The world sizes every suite ran at (ascending); absent when nothing was planned (no calibration). */
+  world_sizes?: number[];
+  /**
+   * Set when the grade stopped early (`stopEarly`: the check's mutants): the sessions after
+   * `stopped_after` did not run, their cases count as not passed and the suite they belong to
+   * is not resolved.
+   */
+  partial?: Pick<PartialRun, "stopped_after" | "skipped">;
 }

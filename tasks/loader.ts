@@ -17,7 +17,7 @@ import { yamlLineOf } from "./yaml-lines.js";
  *   patches). Only the grader and the task-author tools call it.
  */
 
-export type PublicSpec = Omit<TaskSpec, "hidden">;
+export type PublicSpec = Omit<TaskSpec, "hidden" | "world_sizes">;
 
 export interface PublicTask {
   readonly id: string;
@@ -170,7 +170,8 @@ export function loadPublicTask(idOrPath: string, tasksRoot = bundledTasksDir()):
   } else {
     source = { kind: "git", url: spec.source.url, base: spec.source.base };
   }
-  const { hidden: _hidden, ...rest } = spec;
+  // world_sizes is the grader's: which world sizes a patch is checked at is not the agent's to read.
+  const { hidden: _hidden, world_sizes: _worldSizes, ...rest } = spec;
   // The post-PR commit of a git source names where the answer is: not part of the public view.
   const publicSpec = spec.source.kind === "git" ? { ...rest, source: { kind: "git" as const, url: spec.source.url, base: spec.source.base } } : rest;
   return { id: spec.id, spec: publicSpec, prompt, source, label };

@@ -47,6 +47,15 @@ export const TaskSpecSchema = z.strictObject({
   source: SourceSchema,
   test_dirs: z.array(relPath).min(1),
   ranks: z.number().int().min(1).max(1024),
+  /**
+   * The world sizes the grader runs every suite at (default: `[ranks]`). Grader-only: a wrong patch
+   * that is right at one world size only (a constant 2 for the world size) is caught at another.
+   */
+  world_sizes: z
+    .array(z.number().int().min(1).max(1024))
+    .min(1)
+    .refine((ws) => new Set(ws).size === ws.length, "expected distinct world sizes")
+    .optional(),
   timeout_sec: z.number().positive().max(86_400).describe("per test"),
   run_timeout_sec: z.number().positive().max(7 * 86_400).default(1800),
   modes: z.record(z.string().regex(/^[a-z0-9_-]+$/, "expected a mode name of [a-z0-9_-]"), z.record(envVarName, z.string())).default({ default: {} }),

@@ -11,7 +11,7 @@ import type { Calibration } from "../grader/types.js";
 import { CANARY_STYLES, MUST_PASS_STYLES } from "../grader/install.js";
 import { freshWorkspace, installGradingTests, removeWorkspace, type GradingWorkspace } from "../grader/workspace.js";
 import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
-import { planSessions } from "../grader/sessions.js";
+import { gradedWorldSizes, planSessions } from "../grader/sessions.js";
 
 const FIXTURES = join(import.meta.dirname, "fixtures", "grader", "tasks");
 const check = (text: string | Buffer) => checkPatch(typeof text === "string" ? Buffer.from(text) : text);
@@ -243,8 +243,14 @@ describe("bundled tasks (no ranks)", () => {
         const { staged } = await installGradingTests(t, w);
         const plans = planSessions(t, w.repoDir, staged);
         const modes = Object.keys(t.fullSpec.modes);
-        // Per mode: the official tests (without the probes' folder) in one session, then the probes' folder in another.
-        expect(plans.map((p) => `${p.mode}.${p.name}`)).toEqual(modes.flatMap((m) => [`${m}.official`, `${m}.probe`]));
+        // Per world size × mode: the official tests (without the probes' folder) in one session, the
+        // probes' folder in another; every official session first, so an early stop can skip every probe.
+        const ws = gradedWorldSizes(t.fullSpec);
+        const carry = !(ws.length === 1 && ws[0] === t.fullSpec.ranks);
+        const tag = (m: string, w: number) => (carry ? `${m}.ws${w}` : m);
+        const each = (name: string) => ws.flatMap((w) => modes.map((m) => `${tag(m, w)}.${name}`));
+        expect(plans.map((p) => p.fileName)).toEqual([...each("official"), ...each("probe")]);
+        expect(plans.map((p) => p.ranks)).toEqual([...ws.flatMap((w) => modes.map(() => w)), ...ws.flatMap((w) => modes.map(() => w))]);
         for (const p of plans) {
           expect(p.pytestArgs.slice(0, p.name === "official" ? 2 : 1).join(" ")).toBe(p.name === "official" ? `tests --ignore=${staged.probeDir}` : staged.probeDir);
           expect(p.pytestArgs.slice(p.name === "official" ? 2 : 1).some((a) => !a.startsWith("-") && a.startsWith("tests"))).toBe(false);
@@ -254,8 +260,9 @@ describe("bundled tasks (no ranks)", () => {
           expect(p.canaries.every((c) => c.location === p.name)).toBe(true);
         }
         expect(staged.probeDir).toMatch(/^tests\/[a-z]{8}$/);
-        // Case ids carry the mode only when there is more than one.
-        expect([...new Set(plans.map((p) => p.idPrefix))]).toEqual(modes.length > 1 ? modes.map((m) => `${m}/`) : [""]);
+        // Case ids carry the mode only when there is more than one, the world size only when not just `ranks`.
+        const prefixes = ws.flatMap((w) => modes.map((m) => `${modes.length > 1 ? `${m}/` : ""}${carry ? `ws${w}/` : ""}`));
+        expect([...new Set(plans.map((p) => p.idPrefix))]).toEqual(prefixes);
       } finally {
         removeWorkspace(w);
       }
@@ -269,6 +276,7 @@ describe("inapplicable submissions score 0 / N_p with the reason", () => {
     format: 1,
     task_id: "tiny-mean",
     task_hash: "h",
+    world_sizes: [2],
     fingerprint: { cpu_model: "test", cpu_count: 1, gpus: [], torch: "x", platform: "linux", sandbox: "none", python: "x" },
     fingerprint_hash: "f",
     runs: 3,
