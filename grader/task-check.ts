@@ -5,10 +5,11 @@ import type { GraderTask } from "../tasks/loader.js";
 import { calibrate } from "./calibrate.js";
 import { taskContentHash, writeJsonAtomic } from "./files.js";
 import { hardwareFingerprint } from "./fingerprint.js";
+import { gradedWorldSizes } from "./sessions.js";
 import { gradeSubmission } from "./grade.js";
 import { generateMutants, type Mutant } from "./mutants.js";
 import type { SandboxFactory } from "./pipeline.js";
-import { acceptanceProblems } from "./acceptance.js";
+import { acceptanceProblems, failingCases, type FailingCases } from "./acceptance.js";
 import { scanProbeMarkers, type MarkerScan } from "./probe-markers.js";
 import { collectiveTimeouts, generateHollow, interfaceContract, promptLeaks } from "./task-analysis.js";
 import type { Calibration, GradeResult } from "./types.js";
@@ -193,19 +194,10 @@ function summary(r: GradeResult | null) {
   };
 }
 
-/** Cases gold passes (every run) that the result did not pass. */
-function failingVsGold(result: GradeResult, cal: Calibration): { probes: Array<{ id: string; promise: string | null }>; official: string[] } {
-  const goldPassed = new Set(cal.cases.filter((c) => c.outcomes.every((o) => o === "passed")).map((c) => c.id));
+/** Cases gold passes (every run) that the result did not pass (cases an early stop skipped are `not_run`, unlabelled). */
+function failingVsGold(result: GradeResult, cal: Calibration): FailingCases {
   const promise = new Map(cal.cases.map((c) => [c.id, c.probe?.promise ?? null]));
-  const probes: Array<{ id: string; promise: string | null }> = [];
-  const official: string[] = [];
-  for (const c of result.cases) {
-    if (!goldPassed.has(c.id) || c.outcome === "passed") continue;
-    if (c.suite === "probe") probes.push({ id: c.id, promise: promise.get(c.id) ?? null });
-    else official.push(c.id);
-  }
-  // Cases gold passed that the result does not list at all (a session skipped by the early stop).
-  return { probes, official };
+  return failingCases(result, (id) => promise.get(id) ?? null);
 }
 
 /** Base test files under test_dirs that the post-PR tests do not have (dir sources). */
@@ -251,7 +243,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   const scratch = join(opts.outDir, "work");
   mkdirSync(scratch, { recursive: true });
   const spec = task.fullSpec;
-  const worldSizes = opts.worldSizes ?? ((spec as { world_sizes?: number[] }).world_sizes ?? [spec.ranks]);
+  const worldSizes = opts.worldSizes ? [...opts.worldSizes].sort((a, b) => a - b) : gradedWorldSizes(spec);
 
   // ---- static: promises, markers, breaks -------------------------------------------------------
   const promises = task.hidden.promises;
@@ -308,7 +300,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   say(`${task.id}: calibrating gold (3 runs) at world size(s) ${worldSizes.join(", ")}`);
   const fingerprint = await hardwareFingerprint(task, opts.sandboxFactory);
   const taskHash = taskContentHash(task.taskDir);
-  const handle = await calibrate({ task, cacheDir: opts.calibrationDir, sandboxFactory: opts.sandboxFactory, fingerprint, taskHash, onProgress: say });
+  const handle = await calibrate({ task, cacheDir: opts.calibrationDir, sandboxFactory: opts.sandboxFactory, fingerprint, taskHash, worldSizes, onProgress: say });
   const cal = handle.calibration;
   const goldProbes = cal.cases.filter((c) => c.suite === "probe");
   const skippedProbes = goldProbes.filter((c) => c.outcomes.some((o) => o === "skipped")).map((c) => c.id);
@@ -319,7 +311,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   if (!goldProbes.length) add("error", "gold", "gold ran no probe case");
 
   const grade = async (name: string, patchFile: string | null, outDir: string, extra: { baseAsIs?: boolean; stopEarly?: boolean } = {}) => {
-    const out = await gradeSubmission({ task, patchFile, outDir, sandboxFactory: opts.sandboxFactory, calibration: cal, fingerprint, taskHash, onProgress: (m) => say(`${name}: ${m}`), ...extra });
+    const out = await gradeSubmission({ task, patchFile, outDir, sandboxFactory: opts.sandboxFactory, calibration: cal, fingerprint, taskHash, worldSizes, onProgress: (m) => say(`${name}: ${m}`), ...extra });
     return out;
   };
 
@@ -349,7 +341,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     say(`[${i + 1}/${planned.length}] ${p.kind} ${p.name}`);
     const { result } = await grade(`${p.kind} ${p.name}`, p.patch, gradesDir, { baseAsIs: p.baseAsIs });
     const failing = failingVsGold(result, cal);
-    const row: SubmissionRow = { kind: p.kind, name: p.name, status: result.status, ...summary(result), failing_probes: failing.probes, failing_official: failing.official, ok: true, ...(p.note ? { note: p.note } : {}), ...(p.breaks ? { breaks: p.breaks } : {}) };
+    const row: SubmissionRow = { kind: p.kind, name: p.name, status: result.status, ...summary(result), failing_probes: [...failing.probes], failing_official: [...failing.official], ok: true, ...(p.note ? { note: p.note } : {}), ...(p.breaks ? { breaks: p.breaks } : {}) };
     const problems = acceptanceProblems(p.kind, result, failing, p.breaks);
     if (problems.length) Object.assign(row, { ok: false, why: problems.join("; ") });
     return row;
