@@ -880,6 +880,9 @@ def cmd_timeouts(args):
 # ---------------------------------------------------------------------------- CLI
 
 def main(argv):
+    if sys.version_info < (3, 9):
+        print("infradev_mutate: needs Python >= 3.9 (ast positions of keywords); this is %d.%d" % sys.version_info[:2], file=sys.stderr)
+        return 2
     p = argparse.ArgumentParser(prog="infradev_mutate.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     for name in ("mutants", "hollow", "contract", "leaks"):
