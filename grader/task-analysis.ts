@@ -157,8 +157,10 @@ export async function promptLeaks(task: GraderTask, opts: AnalysisOptions): Prom
 export interface CollectiveTimeout {
   file: string;
   line: number;
-  /** null when the timeout is not a timedelta of constants. */
+  /** null when the timeout is not a timedelta of constants (module constants and parameter defaults count). */
   seconds: number | null;
+  /** Set when `seconds` rests on a parameter's default, e.g. "the default of timeout_sec". */
+  assumes?: string;
   call: string;
 }
 

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { execa } from "execa";
@@ -38,10 +38,9 @@ async function differenceFromGolden(ws: GradingWorkspace, golden: string, patchF
   await git(ws.repoDir, ["apply", "--check", patchFile]);
   await git(ws.repoDir, ["apply", "--index", patchFile]);
   try {
-    const files = (await git(ws.repoDir, ["diff", "--name-only", golden])).split("\n").filter(Boolean);
-    const hunks = [...(await git(ws.repoDir, ["diff", "-U0", "--no-color", golden])).matchAll(/^@@ -(\d+)(?:,(\d+))? /gm)].map(
-      (m): [number, number] => [Number(m[1]), m[2] === undefined ? 1 : Number(m[2])],
-    );
+    const diff = await git(ws.repoDir, ["-c", "core.quotePath=false", "diff", "-U0", "--no-color", "--no-renames", golden]);
+    const files = [...diff.matchAll(/^diff --git a\/.* b\/(.*)$/gm)].map((m) => m[1]!);
+    const hunks = [...diff.matchAll(/^@@ -(\d+)(?:,(\d+))? /gm)].map((m): [number, number] => [Number(m[1]), m[2] === undefined ? 1 : Number(m[2])]);
     return { files, hunks };
   } finally {
     await git(ws.repoDir, ["reset", "-q", "--hard", ws.baseCommit]);
@@ -179,8 +178,23 @@ describe("task analyses on grad-bucketing (one pair of trees)", () => {
         for (const l of leaks) expect(l.lines === 1 ? l.text.length >= 80 : l.lines >= 3).toBe(true);
         const timeouts = await collectiveTimeouts(task, { ...opts, trees });
         expect(timeouts).toContainEqual(expect.objectContaining({ file: "tests/conftest.py", seconds: 120 }));
-        expect(timeouts).toContainEqual(expect.objectContaining({ file: "nanoinfra/runtime.py", seconds: null }));
+        expect(timeouts).toContainEqual(expect.objectContaining({ file: "nanoinfra/runtime.py", seconds: 300, assumes: "the default of timeout_sec" }));
       });
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("the helper's interpreter", () => {
+  it("names the interpreter that does not run, and leaves no tree behind", async () => {
+    const task = loadGraderTask("tiny-mean", FIXTURES);
+    const scratch = mkdtempSync(join(tmpdir(), "infradev-analysis-test-"));
+    try {
+      await expect(generateMutants(task, { workDir: scratch, python: "/nonexistent/python3.11" })).rejects.toThrow(
+        /cannot run the Python interpreter "\/nonexistent\/python3\.11".*INFRADEV_PYTHON/,
+      );
+      for (const side of ["base", "post"]) expect(readdirSync(join(scratch, "trees", side)), side).toEqual([]);
     } finally {
       rmSync(scratch, { recursive: true, force: true });
     }

@@ -19,7 +19,8 @@ names the file when an input cannot be read or parsed.
   leaks    --base B --post P --prompt F
       Long verbatim overlaps between the prompt and the golden patch's added lines of code.
   timeouts --repo P
-      `timeout=` of init_process_group / new_group calls, in seconds where it is constant.
+      `timeout=` of init_process_group / new_group calls: seconds where the timedelta is of constants
+      (module constants count; a parameter's default too, said in "assumes"), else null.
 
 Edits are text edits of one source segment (never ast.unparse of a file) so that a mutant's diff
 is one spot with the comments kept. Stdlib only, Python >= 3.9 (keyword nodes carry positions).
@@ -143,6 +144,11 @@ class Source:
 
     def line_start(self, lineno):
         return self.starts[lineno - 1]
+
+    def eol(self, lineno):
+        """The line ending of a line (a CRLF file gets CRLF lines)."""
+        line = self.lines[min(lineno, len(self.lines)) - 1] if self.lines else ""
+        return "\r\n" if line.endswith("\r\n") else "\n"
 
     def indent_of(self, lineno):
         line = self.lines[lineno - 1]
@@ -426,13 +432,15 @@ class SiteFinder(ast.NodeVisitor):
                 return  # the body shares a line with the def or the docstring: no line of its own to insert
             at = self.src.line_start(anchor.lineno)
             indent = self.src.indent_of(anchor.lineno)
+            eol = self.src.eol(anchor.lineno)
         else:
             doc = node.body[0]
             if doc.end_lineno == node.lineno:
                 return
             at = self.src.line_start(doc.end_lineno + 1) if doc.end_lineno < len(self.src.lines) else len(self.src.text)
             indent = self.src.indent_of(doc.lineno)
-        self.sites.append(Site(self.qual(), "early-return", at, at, node.lineno, node.lineno, indent + "return\n", "",
+            eol = self.src.eol(doc.lineno)
+        self.sites.append(Site(self.qual(), "early-return", at, at, node.lineno, node.lineno, indent + "return" + eol, "",
                                what="insert 'return' at the start of %s" % self.qual()))
 
     @staticmethod
@@ -522,12 +530,13 @@ def stub_edit(src, node, qual):
         if doc.end_lineno == node.lineno:
             return (src.end(doc), src.end(doc), "; " + stub)
         at = src.starts[doc.end_lineno] if doc.end_lineno < len(src.lines) else len(src.text)
-        nl = "" if src.text[:at].endswith("\n") else "\n"
-        return (at, at, nl + src.indent_of(doc.lineno) + stub + "\n")
+        eol = src.eol(doc.lineno)
+        nl = "" if src.text[:at].endswith("\n") else eol
+        return (at, at, nl + src.indent_of(doc.lineno) + stub + eol)
     start, end, indent = span
     if indent is None:
         return (start, end, stub)
-    return (start, end, indent + stub + "\n")
+    return (start, end, indent + stub + src.eol(node.body[-1].end_lineno))
 
 
 def reindent(lines_text, old_indent, new_indent):
@@ -826,18 +835,25 @@ TIMEDELTA_POS = ["days", "seconds", "microseconds", "milliseconds", "minutes", "
 UNIT_SECONDS = {"days": 86400, "seconds": 1, "microseconds": 1e-6, "milliseconds": 1e-3, "minutes": 60, "hours": 3600, "weeks": 604800}
 
 
-def number(node):
-    """The value of an expression of numeric constants (+ - * /, unary minus), else None."""
+def number(node, names=None):
+    """The value of an expression of numeric constants (+ - * /, unary minus), else None. `names`
+    gives values to bare names: {name: (value, assumption or None)}; used names' assumptions go in
+    names["__assumed__"]."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return node.value
+    if isinstance(node, ast.Name) and names is not None and node.id in names:
+        value, assumed = names[node.id]
+        if assumed:
+            names.setdefault("__assumed__", []).append(assumed)
+        return value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = number(node.operand)
+        v = number(node.operand, names)
         return None if v is None else (-v if isinstance(node.op, ast.USub) else v)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
-        a, b = number(node.left), number(node.right)
+        a, b = number(node.left, names), number(node.right, names)
         if a is None or b is None or isinstance(node.op, ast.Div) and b == 0:
             return None
-        return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b, ast.Div: a / b if b else None}[type(node.op)]
+        return {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b, ast.Div: lambda: a / b}[type(node.op)]()
     return None
 
 
@@ -849,30 +865,84 @@ def callee_name(func):
     return None
 
 
-def timedelta_seconds(node):
+def timedelta_seconds(node, names):
     if not isinstance(node, ast.Call) or callee_name(node.func) != "timedelta" or len(node.args) > len(TIMEDELTA_POS):
         return None
     total = 0
     for unit, a in list(zip(TIMEDELTA_POS, node.args)) + [(k.arg, k.value) for k in node.keywords]:
-        v = number(a)
+        v = number(a, names)
         if unit not in UNIT_SECONDS or v is None:
             return None
         total += v * UNIT_SECONDS[unit]
     return total
 
 
+def parameter_defaults(func, module_names):
+    """{param: (value, "the default of <param>")} for parameters with a numeric default."""
+    a = func.args
+    positional = getattr(a, "posonlyargs", []) + a.args
+    pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults)) + [
+        (arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+    out = {}
+    for arg, d in pairs:
+        v = number(d, dict(module_names))
+        if v is not None:
+            out[arg.arg] = (v, "the default of %s" % arg.arg)
+    return out
+
+
+class TimeoutFinder(ast.NodeVisitor):
+    def __init__(self, rel, src, module_names):
+        self.rel, self.src, self.out = rel, src, []
+        self.scopes = [module_names]
+
+    def visit_FunctionDef(self, node):
+        names = dict(self.scopes[-1])
+        # a parameter shadows a module constant of its name even without a usable default
+        for arg in getattr(node.args, "posonlyargs", []) + node.args.args + node.args.kwonlyargs:
+            names.pop(arg.arg, None)
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                names.pop(n.id, None)  # a local of that name: its value is not known here
+        names.update(parameter_defaults(node, self.scopes[0]))
+        self.scopes.append(names)
+        self.generic_visit(node)
+        self.scopes.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Call(self, node):
+        if callee_name(node.func) in ("init_process_group", "new_group"):
+            for k in node.keywords:
+                if k.arg == "timeout":
+                    names = dict(self.scopes[-1])
+                    call = " ".join(self.src.segment(node).split())
+                    item = {"file": self.rel, "line": node.lineno, "seconds": timedelta_seconds(k.value, names),
+                            "call": call if len(call) <= 200 else call[:197] + "..."}
+                    if item["seconds"] is not None and names.get("__assumed__"):
+                        item["assumes"] = "; ".join(names["__assumed__"])
+                    self.out.append(item)
+        self.generic_visit(node)
+
+
+def module_constants(tree):
+    out = {}
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            v = number(n.value, dict(out))
+            if v is not None:
+                out[n.targets[0].id] = (v, None)
+    return out
+
+
 def cmd_timeouts(args):
     out = []
     for rel in iter_files(args.repo):
         text = read_text(args.repo, rel)
-        src = Source(text)
-        for n in ast.walk(parse(text, rel)):
-            if isinstance(n, ast.Call) and callee_name(n.func) in ("init_process_group", "new_group"):
-                for k in n.keywords:
-                    if k.arg == "timeout":
-                        call = " ".join(src.segment(n).split())
-                        out.append({"file": rel, "line": n.lineno, "seconds": timedelta_seconds(k.value),
-                                    "call": call if len(call) <= 200 else call[:197] + "..."})
+        tree = parse(text, rel)
+        finder = TimeoutFinder(rel, Source(text), module_constants(tree))
+        finder.visit(tree)
+        out.extend(finder.out)
     out.sort(key=lambda t: (t["file"], t["line"]))
     return {"timeouts": out}
 

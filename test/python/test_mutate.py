@@ -310,7 +310,23 @@ def test_timeouts_evaluate_constant_timedeltas(tmp_path):
             dist.new_group([0, 1], timeout=datetime.timedelta(minutes=2, seconds=5))
             dist.init_process_group("gloo", timeout=timedelta(seconds=t))
             dist.init_process_group("gloo")
+
+
+        LIMIT = 60
+
+
+        def with_defaults(limit_sec=90.0, *, minutes=LIMIT / 60):
+            dist.init_process_group("gloo", timeout=timedelta(seconds=limit_sec))
+            dist.new_group([0], timeout=timedelta(minutes=minutes, seconds=LIMIT))
+
+
+        def shadowed():
+            LIMIT = compute()
+            dist.new_group([0], timeout=timedelta(seconds=LIMIT))
         '''})
     out = run("timeouts", "--repo", repo)["timeouts"]
-    assert [(t["file"], t["line"], t["seconds"]) for t in out] == [("pkg/rt.py", 7, 30), ("pkg/rt.py", 8, 125), ("pkg/rt.py", 9, None)]
+    assert [(t["file"], t["line"], t["seconds"], t.get("assumes")) for t in out] == [
+        ("pkg/rt.py", 7, 30, None), ("pkg/rt.py", 8, 125, None), ("pkg/rt.py", 9, None, None),
+        ("pkg/rt.py", 17, 90.0, "the default of limit_sec"), ("pkg/rt.py", 18, 120.0, "the default of minutes"),
+        ("pkg/rt.py", 23, None, None)]
     assert out[0]["call"] == 'dist.init_process_group("gloo", timeout=timedelta(seconds=30))'
