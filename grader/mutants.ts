@@ -24,6 +24,8 @@ export interface Mutant {
   replacement: string;
   /** Unified diff against base: the golden patch with this one change. */
   patch: string;
+  /** Unified diff of the one file from golden to mutant (what to show an author for a survivor). */
+  change: string;
 }
 
 export interface MutantSkips {
@@ -44,6 +46,7 @@ interface RawMutant {
   original: string;
   replacement: string;
   source: string;
+  change: string;
 }
 
 /** A file of the post tree the helper named: a plain file inside the repo (the helper walks without following links). */
@@ -72,7 +75,7 @@ export async function generateMutants(task: GraderTask, opts: AnalysisOptions & 
         mutants.push({
           id: m.id, file: m.file, line: m.line, endLine: m.end_line, operator: m.operator,
           description: m.description, original: m.original, replacement: m.replacement,
-          patch: await diffAgainstBase(trees.post),
+          patch: await diffAgainstBase(trees.post), change: m.change,
         });
       } finally {
         writeFileSync(abs, golden);

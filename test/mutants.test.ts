@@ -95,6 +95,7 @@ describe.each([
       const d = await differenceFromGolden(check.ws, check.golden, file);
       expect(d.files, m.id).toEqual([m.file]);
       expect(d.hunks.length, m.id).toBeGreaterThan(0);
+      expect(m.change, m.id).toMatch(new RegExp(`^--- golden/${m.file}\n\\+\\+\\+ mutant/${m.file}\n@@ `));
       for (const [start, n] of d.hunks) {
         if (n === 0) {
           // a pure insertion (early-return) goes after golden line `start`, inside the function

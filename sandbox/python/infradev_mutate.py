@@ -7,7 +7,7 @@ names the file when an input cannot be read or parsed.
 
   mutants  --base B --post P [--exclude-dir D]... [--seed S]
       One-spot mutants of the code the golden patch adds or changes (operators below), each as the
-      whole mutated file. Ids: <file>:<qualname or <module>>:<operator>#<n>, n counting that
+      whole mutated file ("source") and as a diff from the golden file ("change"). Ids: <file>:<qualname or <module>>:<operator>#<n>, n counting that
       operator's mutants in that def in source order (one per site; `const` has one per
       replacement value), numbered before any is skipped so that an id stays put while its
       function is unchanged. --seed shuffles the output order (a budgeted run samples from the
@@ -485,7 +485,9 @@ def cmd_mutants(args):
     out = []
     skipped = {"same_ast": 0, "duplicate": 0, "unparsable": 0}
     seen = set()
+    golden_text = {}
     for rel, old, new in changed_py_files(args.base, args.post, args.exclude_dir):
+        golden_text[rel] = new
         for m, dumped in file_mutants(rel, old, new, counters):
             try:
                 tree = ast.parse(m["source"])
@@ -500,6 +502,8 @@ def cmd_mutants(args):
                 skipped["duplicate"] += 1
                 continue
             seen.add(key)
+            m["change"] = "".join(difflib.unified_diff(split_lines(golden_text[m["file"]]), split_lines(m["source"]),
+                                                       "golden/" + m["file"], "mutant/" + m["file"], n=2))
             out.append(m)
     if args.seed is not None:
         random.Random(args.seed).shuffle(out)

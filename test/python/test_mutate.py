@@ -128,6 +128,9 @@ def test_specific_edits(f_mutants):
     consts = {m["replacement"] for m in out["mutants"] if m["operator"] == "const" and m["line"] == 10}
     assert consts == {"4", "2"}
     assert by["m.py:f:cmp#1"]["description"] == "line 9: '<=' -> '>='"
+    change = by["m.py:f:arith#1"]["change"].split("\n")
+    assert change[:2] == ["--- golden/m.py", "+++ mutant/m.py"]
+    assert [l for l in change if l[:1] in "+-" and l[:3] not in ("---", "+++")] == ["-" + line9, "+" + line9.replace("x * y", "x / y")]
 
 
 def test_ids_are_stable_and_unique(tmp_path, f_mutants):
