@@ -130,7 +130,7 @@ def test_specific_edits(f_mutants):
     assert by["m.py:f:cmp#1"]["description"] == "line 9: '<=' -> '>='"
     change = by["m.py:f:arith#1"]["change"].split("\n")
     assert change[:2] == ["--- golden/m.py", "+++ mutant/m.py"]
-    assert [l for l in change if l[:1] in "+-" and l[:3] not in ("---", "+++")] == ["-" + line9, "+" + line9.replace("x * y", "x / y")]
+    assert [l for l in change if l and l[0] in "+-" and l[:3] not in ("---", "+++")] == ["-" + line9, "+" + line9.replace("x * y", "x / y")]
 
 
 def test_ids_are_stable_and_unique(tmp_path, f_mutants):
