@@ -459,52 +459,79 @@ def describe(site):
     return "line %d: '%s' -> '%s'" % (site.line, site.original, site.replacement)
 
 
-def file_mutants(rel, old, new, counters):
+def top_level_blocks(src, tree):
+    """Character spans of whole lines holding the module's top-level statements (decorators
+    included), statements that share a line merged. A one-spot edit stays inside one block, and the
+    file parses iff that block does: the other blocks' text is unchanged and they start at column 0."""
+    ranges = []
+    for stmt in tree.body:
+        first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+        if ranges and first <= ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], stmt.end_lineno)
+        else:
+            ranges.append([first, stmt.end_lineno])
+    return [(src.line_start(a), src.starts[b] if b < len(src.lines) else len(src.text), a) for a, b in ranges]
+
+
+HUNK_RE = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@", re.M)
+
+
+def local_change(rel, before, after, first_line):
+    """Unified diff of one block (golden -> mutant), its line numbers those of the whole file."""
+    text = "".join(difflib.unified_diff(split_lines(before), split_lines(after), "golden/" + rel, "mutant/" + rel, n=2))
+    shift = first_line - 1
+    return HUNK_RE.sub(lambda m: "@@ -%d%s +%d%s @@" % (int(m.group(1)) + shift, m.group(2) or "", int(m.group(3)) + shift, m.group(4) or ""), text)
+
+
+def file_mutants(rel, old, new, counters, skipped):
+    """The kept mutants of one file, numbered before the skips so that ids do not depend on them."""
     src = Source(new)
     tree = parse(new, rel)
-    added = added_lines(old, new)
-    finder = SiteFinder(src, added, None)
+    finder = SiteFinder(src, added_lines(old, new), None)
     finder.visit(tree)
-    order = sorted(finder.sites, key=lambda s: (s.start, s.end, s.operator))
-    mutants = []
-    dumped = ast.dump(tree)
-    for s in order:
+    blocks = top_level_blocks(src, tree)
+    block_dump = {}
+    seen = set()
+    out = []
+    for s in sorted(finder.sites, key=lambda s: (s.start, s.end, s.operator)):
         key = (rel, s.qual, s.operator)
         counters[key] = counters.get(key, 0) + 1
-        text = new[:s.start] + s.replacement + new[s.end:]
-        mutants.append(({
+        bs, be, first_line = next(b for b in blocks if b[0] <= s.start and s.end <= b[1])
+        before = new[bs:be]
+        after = before[:s.start - bs] + s.replacement + before[s.end - bs:]
+        try:
+            dumped = ast.dump(ast.parse(after))
+        except (SyntaxError, ValueError):
+            skipped["unparsable"] += 1
+            continue
+        if bs not in block_dump:
+            block_dump[bs] = ast.dump(ast.parse(before))
+        if dumped == block_dump[bs]:
+            skipped["same_ast"] += 1
+            continue
+        if (bs, after) in seen:
+            skipped["duplicate"] += 1
+            continue
+        seen.add((bs, after))
+        # two lines of context either side of the block, as a diff of the whole file would show
+        cs = src.line_start(max(1, first_line - 2))
+        ce = src.starts[min(len(src.lines), new.count("\n", 0, be) + 2)]
+        out.append({
             "id": "%s:%s:%s#%d" % (rel, s.qual, s.operator, counters[key]),
             "file": rel, "line": s.line, "end_line": s.end_line, "operator": s.operator,
-            "description": describe(s), "original": s.original, "replacement": s.replacement, "source": text,
-        }, dumped))
-    return mutants
+            "description": describe(s), "original": s.original, "replacement": s.replacement,
+            "source": new[:bs] + after + new[be:],
+            "change": local_change(rel, new[cs:ce], new[cs:bs] + after + new[be:ce], max(1, first_line - 2)),
+        })
+    return out
 
 
 def cmd_mutants(args):
     counters = {}
     out = []
     skipped = {"same_ast": 0, "duplicate": 0, "unparsable": 0}
-    seen = set()
-    golden_text = {}
     for rel, old, new in changed_py_files(args.base, args.post, args.exclude_dir):
-        golden_text[rel] = new
-        for m, dumped in file_mutants(rel, old, new, counters):
-            try:
-                tree = ast.parse(m["source"])
-            except (SyntaxError, ValueError):
-                skipped["unparsable"] += 1
-                continue
-            if ast.dump(tree) == dumped:
-                skipped["same_ast"] += 1
-                continue
-            key = (m["file"], m["source"])
-            if key in seen:
-                skipped["duplicate"] += 1
-                continue
-            seen.add(key)
-            m["change"] = "".join(difflib.unified_diff(split_lines(golden_text[m["file"]]), split_lines(m["source"]),
-                                                       "golden/" + m["file"], "mutant/" + m["file"], n=2))
-            out.append(m)
+        out.extend(file_mutants(rel, old, new, counters, skipped))
     if args.seed is not None:
         random.Random(args.seed).shuffle(out)
     return {"mutants": out, "skipped": skipped}
