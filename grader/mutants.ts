@@ -92,12 +92,14 @@ export interface HollowPatch {
   stubbed: string[];
   /** `file:qualname` of each function the golden patch changes, back to base's body. */
   reverted: string[];
+  /** Changed functions left as golden has them (a one-line body on one side only). */
+  notReverted: string[];
 }
 
 /** The hollow version of the golden patch: its interface with no behaviour behind it. */
 export async function generateHollow(task: GraderTask, opts: AnalysisOptions): Promise<HollowPatch> {
   return withTaskTrees(task, opts, async (trees) => {
-    const raw = await runMutateHelper<{ files: Array<{ path: string; source: string }>; stubbed: string[]; reverted: string[] }>(opts, [
+    const raw = await runMutateHelper<{ files: Array<{ path: string; source: string }>; stubbed: string[]; reverted: string[]; not_reverted: string[] }>(opts, [
       "hollow", "--base", trees.base.repoDir, "--post", trees.post.repoDir, ...testDirArgs(task),
     ]);
     const saved = raw.files.map((f) => {
@@ -107,7 +109,7 @@ export async function generateHollow(task: GraderTask, opts: AnalysisOptions): P
     try {
       for (const f of saved) writeFileSync(f.abs, f.hollow);
       const exclude = taskTestDirs(task).map((d) => `:(exclude,literal)${d}`);
-      return { patch: await diffAgainstBase(trees.post, [".", ...exclude]), stubbed: raw.stubbed, reverted: raw.reverted };
+      return { patch: await diffAgainstBase(trees.post, [".", ...exclude]), stubbed: raw.stubbed, reverted: raw.reverted, notReverted: raw.not_reverted };
     } finally {
       for (const f of saved) writeFileSync(f.abs, f.golden);
     }

@@ -144,6 +144,7 @@ describe("generateHollow", () => {
     const h = await generateHollow(task, { workDir: scratch, python: "/usr/bin/python3" });
     expect(h.stubbed).toEqual(["tinyinfra/ops.py:all_mean"]);
     expect(h.reverted).toEqual([]);
+    expect(h.notReverted).toEqual([]);
     expect(h.patch).not.toContain("tests/");
     const ours = await appliedFile(task, h.patch, "tinyinfra/ops.py");
     const theirs = await appliedFile(task, readFileSync(task.hidden.hollowPatch!, "utf8"), "tinyinfra/ops.py");

@@ -209,6 +209,8 @@ DROPPABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Raise, ast.
 
 
 class Site:
+    """One mutation: replace text[start:end] (character offsets) with `replacement`."""
+
     __slots__ = ("qual", "operator", "start", "end", "line", "end_line", "replacement", "original", "what")
 
     def __init__(self, qual, operator, start, end, line, end_line, replacement, original, what=None):
@@ -229,8 +231,8 @@ def const_replacements(value):
 class SiteFinder(ast.NodeVisitor):
     """Collects the mutation sites of one file whose node lies wholly in the added lines."""
 
-    def __init__(self, src, added, new_defs):
-        self.src, self.added, self.new_defs = src, added, new_defs
+    def __init__(self, src, added):
+        self.src, self.added = src, added
         self.stack = []
         self.sites = []
 
@@ -487,7 +489,7 @@ def file_mutants(rel, old, new, counters, skipped):
     """The kept mutants of one file, numbered before the skips so that ids do not depend on them."""
     src = Source(new)
     tree = parse(new, rel)
-    finder = SiteFinder(src, added_lines(old, new), None)
+    finder = SiteFinder(src, added_lines(old, new))
     finder.visit(tree)
     blocks = top_level_blocks(src, tree)
     block_dump = {}
@@ -594,7 +596,7 @@ def revert_edit(src, node, old_src, old_node):
     if nind is None or oind is None:
         if nind is None and oind is None:
             return (ns, ne, old_text)
-        return None  # one-line body on one side only: leave it (rare; reported as not reverted)
+        return None  # a one-line body on one side only: left as golden has it, listed under not_reverted
     if not old_text.endswith("\n"):
         old_text += "\n"
     return (ns, ne, reindent(old_text, oind, nind))
@@ -607,7 +609,7 @@ def apply_edits(text, edits):
 
 
 def cmd_hollow(args):
-    files, stubbed, reverted = [], [], []
+    files, stubbed, reverted, not_reverted = [], [], [], []
     for rel, old, new in changed_py_files(args.base, args.post, args.exclude_dir):
         src = Source(new)
         defs = definitions(parse(new, rel))
@@ -624,13 +626,15 @@ def cmd_hollow(args):
                 stubbed.append("%s:%s" % (rel, qual))
             elif ast.dump(ast.Module(body=node.body, type_ignores=[])) != ast.dump(ast.Module(body=old_defs[qual].body, type_ignores=[])):
                 e = revert_edit(src, node, old_src, old_defs[qual])
-                if e is not None:
+                if e is None:
+                    not_reverted.append("%s:%s" % (rel, qual))
+                else:
                     edits.append(e)
                     reverted.append("%s:%s" % (rel, qual))
         hollow = apply_edits(new, edits)
         parse(hollow, rel + " (hollow)")
         files.append({"path": rel, "source": hollow})
-    return {"files": files, "stubbed": stubbed, "reverted": reverted}
+    return {"files": files, "stubbed": stubbed, "reverted": reverted, "not_reverted": not_reverted}
 
 
 # ---------------------------------------------------------------------------- contract

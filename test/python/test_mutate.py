@@ -206,6 +206,9 @@ def keep():
 
 def changed(x):
     return x
+
+
+def one_line(x): return x
 '''
 HOLLOW_POST = '''
 def keep():
@@ -222,6 +225,10 @@ def added(a):
     return a * 2
 
 
+def one_line(x):
+    return x + 1
+
+
 class K:
     LIMIT = 4
 
@@ -235,6 +242,7 @@ def test_hollow_stubs_added_functions_and_reverts_changed_ones(tmp_path):
     out = run("hollow", "--base", base, "--post", post)
     assert out["stubbed"] == ["mod.py:added", "mod.py:K.m"]
     assert out["reverted"] == ["mod.py:changed"]
+    assert out["not_reverted"] == ["mod.py:one_line"]
     (f,) = out["files"]
     path = tmp_path / "hollow_mod.py"
     path.write_text(f["source"])
