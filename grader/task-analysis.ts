@@ -144,7 +144,7 @@ export interface PromptLeak {
   text: string;
 }
 
-/** Long verbatim overlaps between prompt.md and the code the golden patch adds. */
+/** Long verbatim overlaps between prompt.md and the code (.py files) the golden patch adds. */
 export async function promptLeaks(task: GraderTask, opts: AnalysisOptions): Promise<PromptLeak[]> {
   return withTaskTrees(task, opts, async ({ base, post }) => {
     const r = await runMutateHelper<{ leaks: Array<{ file: string; line: number; lines: number; prompt_line: number; text: string }> }>(opts, [
