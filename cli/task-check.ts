@@ -95,7 +95,7 @@ export function registerTaskCheckCommands(tasks: Command): void {
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
     .option("--host-python <path>", "Python for the analysis (stdlib only; default $INFRADEV_HOST_PYTHON, else python3)")
     .action(async (id: string, opts: { tasksDir?: string; hostPython?: string }) => {
-      const [{ loadGraderTask }, { generateHollow }, { mkdtempSync, rmSync }, { tmpdir }] = await Promise.all([import("../tasks/loader.js"), import("../grader/task-analysis.js"), import("node:fs"), import("node:os")]);
+      const [{ loadGraderTask }, { generateHollow }, { mkdtempSync, rmSync }, { tmpdir }] = await Promise.all([import("../tasks/loader.js"), import("../grader/mutants.js"), import("node:fs"), import("node:os")]);
       const task = loadGraderTask(id, opts.tasksDir);
       const work = mkdtempSync(join(tmpdir(), "infradev-hollow-"));
       try {

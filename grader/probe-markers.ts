@@ -3,6 +3,7 @@ import { join, relative } from "node:path";
 import { pythonHelpersDir } from "../lib/paths.js";
 import type { GraderTask } from "../tasks/loader.js";
 import { PROBE_KINDS } from "../tasks/schema.js";
+import { analysisPython } from "./task-analysis.js";
 
 /**
  * The probes' markers, read statically (Python's own `ast` over the task's hidden probes:
@@ -26,13 +27,9 @@ export interface MarkerScan {
   problems: string[];
 }
 
-/** A Python for the host-side analysis helpers (stdlib only: any Python 3 will do). */
-export function hostPython(explicit?: string): string {
-  return explicit ?? process.env.INFRADEV_HOST_PYTHON ?? "python3";
-}
 
 export function scanProbeMarkers(task: GraderTask, opts: { python?: string } = {}): MarkerScan {
-  const python = hostPython(opts.python);
+  const python = analysisPython(opts);
   let out: string;
   try {
     out = execFileSync(python, ["-I", "-S", join(pythonHelpersDir(), "infradev_markers.py"), task.hidden.probesDir], { encoding: "utf8", maxBuffer: 64 * 1024 * 1024, stdio: ["ignore", "pipe", "pipe"] });

@@ -13,7 +13,7 @@ import { freshWorkspace, removeWorkspace, stagedDirs, type GradingWorkspace } fr
  */
 
 export interface AnalysisOptions {
-  /** Interpreter for the stdlib-only helper: this, else $INFRADEV_PYTHON, else python3 on PATH. */
+  /** Interpreter for the stdlib-only helper, on this machine: this, else $INFRADEV_HOST_PYTHON, else python3 on PATH (not $INFRADEV_PYTHON: that is the tests' interpreter, maybe a path inside an image). */
   python?: string;
   /**
    * The caller's scratch folder. Each tree records its temporary location in a subfolder of it
@@ -31,7 +31,7 @@ export interface TaskTrees {
 }
 
 export function analysisPython(opts: Pick<AnalysisOptions, "python">): string {
-  return opts.python ?? process.env.INFRADEV_PYTHON ?? "python3";
+  return opts.python ?? process.env.INFRADEV_HOST_PYTHON ?? "python3";
 }
 
 /** The task's test dirs: the golden patch's tests are not code to mutate or stub. */
@@ -83,7 +83,7 @@ export async function runMutateHelper<T>(opts: Pick<AnalysisOptions, "python">, 
   const script = join(pythonHelpersDir(), "infradev_mutate.py");
   const r = await execa(python, ["-I", "-S", script, ...args], { reject: false, maxBuffer: 512 * 1024 * 1024, env: { PATH: process.env.PATH ?? "/usr/bin:/bin" }, extendEnv: false });
   if ((r as { code?: string }).code === "ENOENT" || (r.exitCode === undefined && r.failed)) {
-    throw new Error(`task analysis: cannot run the Python interpreter "${python}" (${(r.shortMessage ?? "").split("\n")[0]}); pass python, or set INFRADEV_PYTHON to a Python >= 3.9`);
+    throw new Error(`task analysis: cannot run the Python interpreter "${python}" (${(r.shortMessage ?? "").split("\n")[0]}); pass --host-python, or set INFRADEV_HOST_PYTHON to a Python >= 3.9`);
   }
   if (r.exitCode !== 0) throw new Error(`task analysis: infradev_mutate.py ${args[0]} failed (exit ${r.exitCode ?? r.signal}): ${String(r.stderr).trim() || r.shortMessage}`);
   return JSON.parse(String(r.stdout)) as T;

@@ -7,11 +7,11 @@ import { taskContentHash, writeJsonAtomic } from "./files.js";
 import { hardwareFingerprint } from "./fingerprint.js";
 import { gradedWorldSizes } from "./sessions.js";
 import { gradeSubmission } from "./grade.js";
-import { generateMutants, type Mutant } from "./mutants.js";
+import { generateHollow, generateMutants, type Mutant, type MutantSkips } from "./mutants.js";
 import type { SandboxFactory } from "./pipeline.js";
 import { acceptanceProblems, failingCases, type FailingCases } from "./acceptance.js";
 import { scanProbeMarkers, type MarkerScan } from "./probe-markers.js";
-import { collectiveTimeouts, generateHollow, interfaceContract, promptLeaks } from "./task-analysis.js";
+import { collectiveTimeouts, interfaceContract, promptLeaks, withTaskTrees, type AnalysisOptions } from "./task-analysis.js";
 import type { Calibration, GradeResult } from "./types.js";
 
 /**
@@ -172,21 +172,6 @@ export function seededSample<T>(items: readonly T[], n: number, seed: number): T
   return copy.slice(0, n);
 }
 
-/** The lines a mutant patch has and the golden patch has not (and back), as a `-`/`+` diff. */
-export function diffAgainstGolden(golden: string, mutant: string): string {
-  const count = (text: string) => {
-    const m = new Map<string, number>();
-    for (const l of text.split("\n")) if (/^[+-]/.test(l) && !/^(\+\+\+|---) /.test(l)) m.set(l, (m.get(l) ?? 0) + 1);
-    return m;
-  };
-  const g = count(golden);
-  const m = count(mutant);
-  const out: string[] = [];
-  for (const [line, n] of g) for (let i = (m.get(line) ?? 0); i < n; i++) out.push(`-${line.slice(1)}`);
-  for (const [line, n] of m) for (let i = (g.get(line) ?? 0); i < n; i++) out.push(`+${line.slice(1)}`);
-  return out.join("\n");
-}
-
 function summary(r: GradeResult | null) {
   return {
     set_a: { resolved: r?.official.resolved ?? null, resolved_strict: r?.official.resolved_strict ?? null, score: r?.official.score ?? null },
@@ -230,6 +215,12 @@ function removedTestsListed(task: GraderTask): Set<string> {
   );
 }
 
+/** Whether prompt.md names a symbol (its last dotted component, as a whole word). */
+function namedIn(prompt: string, name: string): boolean {
+  const word = name.split(".").pop()!.replace(/[$()*+.?[\\\]^{|}]/g, "\\$&");
+  return new RegExp(`(^|[^A-Za-z0-9_])${word}([^A-Za-z0-9_]|$)`).test(prompt);
+}
+
 /** torch's default collective timeouts (torch.distributed.constants): gloo 30 min; NCCL 10 min in torch ≥ 2.2. */
 const DEFAULT_COLLECTIVE_TIMEOUT_S = 600;
 
@@ -271,27 +262,41 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   }
   if (!task.hidden.hollowPatch) add("warning", "hollow", `no ${spec.hidden.hollow_patch}: the check grades a hollow patch generated from the golden patch instead (keep it: infradev task hollow ${task.id} > ${rel(join(task.taskDir, spec.hidden.hollow_patch))})`);
 
-  // ---- static analysis of golden vs base ------------------------------------------------------
-  const analysis = { python: opts.hostPython, workDir: scratch };
+  // ---- static analysis of golden vs base (one pair of trees for every analysis) ----------------
   let contract: CheckReport["contract"] = [];
   let leaks: CheckReport["leaks"] = [];
+  let generatedHollow: { patch: string; stubbed: string[] } | null = null;
+  let generated: { mutants: Mutant[]; skipped: MutantSkips } | null = null;
+  const base: AnalysisOptions = { python: opts.hostPython, workDir: scratch };
   try {
-    const symbols = await interfaceContract(task, analysis);
-    contract = symbols.map((s) => ({ ...s, in_prompt: new RegExp(`(^|[^A-Za-z0-9_])${s.name.split(".").pop()!.replace(/[$()*+.?[\\\]^{|}]/g, "\\$&")}([^A-Za-z0-9_]|$)`).test(task.prompt) }));
-    for (const s of contract.filter((c) => !c.in_prompt)) {
-      add("error", "contract", `${s.name} (${s.kind}, added by the golden patch at ${s.defined_at}) is referenced by ${s.referenced_at.slice(0, 3).join(", ")} but prompt.md never names it: add it to the interface contract, or test only what the prompt promises`);
-    }
-    leaks = await promptLeaks(task, analysis);
-    for (const l of leaks) add("warning", "prompt", `prompt.md:${l.prompt_line} copies ${l.lines} line(s) of the golden patch verbatim (${l.file}:${l.line}: ${JSON.stringify(l.text.length > 70 ? `${l.text.slice(0, 67)}...` : l.text)}): the prompt should say what, not how`);
-    const timeouts = await collectiveTimeouts(task, analysis);
-    const known = timeouts.filter((t) => t.seconds !== null);
-    const limit = known.length ? Math.min(...known.map((t) => t.seconds!)) : null;
-    if (limit !== null && spec.timeout_sec >= limit) {
-      const at = known.find((t) => t.seconds === limit)!;
-      add("error", "traps", `timeout_sec (${spec.timeout_sec} s per test) is not below the collective timeout (${limit} s, ${at.file}:${at.line}): a hung rank makes the other ranks' collectives time out first, so one hang reads as failures of that test and of every later one; lower timeout_sec below ${limit} s or raise that timeout`);
-    } else if (limit === null && spec.ranks > 1 && spec.timeout_sec >= DEFAULT_COLLECTIVE_TIMEOUT_S) {
-      add("warning", "traps", `timeout_sec (${spec.timeout_sec} s) is not below torch's default collective timeout (NCCL: ${DEFAULT_COLLECTIVE_TIMEOUT_S} s): a hang may read as collective errors`);
-    }
+    await withTaskTrees(task, base, async (trees) => {
+      const analysis = { ...base, trees };
+      const symbols = await interfaceContract(task, analysis);
+      contract = symbols.map((s) => ({ name: s.name, kind: s.kind, defined_at: s.definedAt, referenced_at: s.referencedAt, in_prompt: namedIn(task.prompt, s.name) }));
+      for (const s of contract.filter((c) => !c.in_prompt)) {
+        add("error", "contract", `${s.name} (${s.kind}, added by the golden patch at ${s.defined_at}) is referenced by ${s.referenced_at.slice(0, 3).join(", ")} but prompt.md never names it: add it to the interface contract, or test only what the prompt promises`);
+      }
+      leaks = (await promptLeaks(task, analysis)).map((l) => ({ file: l.file, line: l.line, lines: l.lines, prompt_line: l.promptLine, text: l.text }));
+      for (const l of leaks) add("warning", "prompt", `prompt.md:${l.prompt_line} copies ${l.lines} line(s) of the golden patch verbatim (${l.file}:${l.line}: ${JSON.stringify(l.text.length > 70 ? `${l.text.slice(0, 67)}...` : l.text)}): the prompt should say what, not how`);
+      const timeouts = await collectiveTimeouts(task, analysis);
+      const known = timeouts.filter((t) => t.seconds !== null);
+      const limit = known.length ? Math.min(...known.map((t) => t.seconds!)) : null;
+      if (limit !== null && spec.timeout_sec >= limit) {
+        const at = known.find((t) => t.seconds === limit)!;
+        add("error", "traps", `timeout_sec (${spec.timeout_sec} s per test) is not below the collective timeout (${limit} s, ${at.file}:${at.line}${at.assumes ? `, assuming ${at.assumes}` : ""}): a hung rank makes the other ranks' collectives time out first, so one hang reads as failures of that test and of every later one; lower timeout_sec below ${limit} s or raise that timeout`);
+      } else if (limit === null && Math.max(...worldSizes) > 1 && spec.timeout_sec >= DEFAULT_COLLECTIVE_TIMEOUT_S) {
+        add("warning", "traps", `timeout_sec (${spec.timeout_sec} s) is not below torch's default collective timeout (NCCL: ${DEFAULT_COLLECTIVE_TIMEOUT_S} s): a hang may read as collective errors`);
+      }
+      try {
+        generatedHollow = await generateHollow(task, analysis);
+      } catch (e) {
+        add("error", "hollow", `cannot generate a hollow patch from the golden patch: ${(e as Error).message}`);
+      }
+      if (opts.runMutants !== false) {
+        say(`${task.id}: generating mutants of the golden patch`);
+        generated = await generateMutants(task, { ...analysis, seed: opts.seed ?? 0 });
+      }
+    });
   } catch (e) {
     add("error", "analysis", `static analysis of the golden patch failed: ${(e as Error).message}`);
   }
@@ -318,20 +323,16 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   // ---- submissions ----------------------------------------------------------------------------
   const emptyPatch = join(scratch, "empty.patch");
   writeFileSync(emptyPatch, "");
-  let generatedHollow: { patch: string; stubbed: string[] } | null = null;
-  try {
-    generatedHollow = await generateHollow(task, analysis);
-  } catch (e) {
-    add("error", "hollow", `cannot generate a hollow patch from the golden patch: ${(e as Error).message}`);
-  }
+  // Assigned inside the trees' callback: TypeScript does not see it, so the type is restated here.
+  const hollow = generatedHollow as { patch: string; stubbed: string[] } | null;
   const generatedHollowFile = join(scratch, "hollow.generated.patch");
-  if (generatedHollow) writeFileSync(generatedHollowFile, generatedHollow.patch);
+  if (hollow) writeFileSync(generatedHollowFile, hollow.patch);
   type Planned = { kind: SubmissionRow["kind"]; name: string; patch: string | null; baseAsIs?: boolean; note?: string; breaks?: string[] };
   const planned: Planned[] = [
     { kind: "base", name: "base", patch: null, baseAsIs: true },
     { kind: "empty", name: "empty", patch: emptyPatch },
     ...(task.hidden.hollowPatch ? [{ kind: "hollow" as const, name: "hollow", patch: task.hidden.hollowPatch }] : []),
-    ...(generatedHollow ? [{ kind: "hollow-generated" as const, name: "hollow (generated)", patch: generatedHollowFile, note: `${generatedHollow.stubbed.length} function(s) raise NotImplementedError` }] : []),
+    ...(hollow ? [{ kind: "hollow-generated" as const, name: "hollow (generated)", patch: generatedHollowFile, note: `${hollow.stubbed.length} function(s) raise NotImplementedError` }] : []),
     ...task.hidden.adversarial.map((a) => ({ kind: "adversarial" as const, name: a.name, patch: a.patchPath, breaks: a.breaks, note: a.description })),
     ...task.hidden.alternatives.map((a) => ({ kind: "alternative" as const, name: a.name, patch: a.patchPath, note: a.note })),
   ];
@@ -348,17 +349,16 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   });
   for (const s of submissions) if (!s.ok) add("error", s.kind === "hollow-generated" ? "hollow" : s.kind, `${s.kind} ${s.name}: ${s.why}`);
   const hand = submissions.find((s) => s.kind === "hollow");
-  const gen = submissions.find((s) => s.kind === "hollow-generated");
-  if (hand && gen && (hand.set_b.score ?? 0) > (gen.set_b.score ?? 0) + 0.25) {
-    add("warning", "hollow", `the hand-written hollow scores ${hand.set_b.score?.toFixed(3)} in Set B, the generated one ${gen.set_b.score?.toFixed(3)}: the hand-written one may implement part of the change`);
+  const genHollow = submissions.find((s) => s.kind === "hollow-generated");
+  if (hand && genHollow && (hand.set_b.score ?? 0) > (genHollow.set_b.score ?? 0) + 0.25) {
+    add("warning", "hollow", `the hand-written hollow scores ${hand.set_b.score?.toFixed(3)} in Set B, the generated one ${genHollow.set_b.score?.toFixed(3)}: the hand-written one may implement part of the change`);
   }
 
   // ---- mutants --------------------------------------------------------------------------------
   let mutants: CheckReport["mutants"] = null;
   const threshold = opts.minMutationScore ?? DEFAULT_MIN_MUTATION_SCORE;
-  if (opts.runMutants !== false) {
-    say(`${task.id}: generating mutants of the golden patch`);
-    const gen = await generateMutants(task, { ...analysis, seed: opts.seed ?? 0 });
+  const gen = generated as { mutants: Mutant[]; skipped: MutantSkips } | null;
+  if (gen) {
     const all = gen.mutants;
     const equivalent = new Map(task.hidden.equivalentMutants.map((e) => [e.id, e.reason]));
     for (const id of equivalent.keys()) if (!all.some((m) => m.id === id)) add("warning", "mutants", `hidden/mutants.yaml: equivalent mutant "${id}" is not generated any more (stale: remove it)`);
@@ -367,13 +367,12 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     const chosenIds = new Set(chosen.map((m) => m.id));
     const patchesDir = join(opts.outDir, "mutant-patches");
     mkdirSync(patchesDir, { recursive: true });
-    const golden = readFileSync(task.hidden.goldenPatch, "utf8");
     const deadline = opts.timeLimitSec ? Date.now() + opts.timeLimitSec * 1000 : Infinity;
     let reused = 0;
     const mutantsDir = join(opts.outDir, "mutants");
     const graded = await pool(chosen, jobs, async (m, i): Promise<MutantRow> => {
-      const base = { id: m.id, file: m.file, line: m.line, operator: m.operator, description: m.description, diff: diffAgainstGolden(golden, m.patch) };
-      if (Date.now() > deadline) return { ...base, verdict: "not_run", detail: "time limit" };
+      const row = { id: m.id, file: m.file, line: m.line, operator: m.operator, description: m.description, diff: m.change };
+      if (Date.now() > deadline) return { ...row, verdict: "not_run", detail: "time limit" };
       const file = join(patchesDir, `${m.id.replace(/[^A-Za-z0-9._-]+/g, "_")}.patch`);
       writeFileSync(file, m.patch);
       say(`mutant ${i + 1}/${chosen.length} ${m.id}: ${m.description}`);
@@ -381,25 +380,25 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
       try {
         out = await grade(`mutant ${m.id}`, file, mutantsDir, { stopEarly: true });
       } catch (e) {
-        return { ...base, verdict: "error", detail: (e as Error).message };
+        return { ...row, verdict: "error", detail: (e as Error).message };
       }
       if (out.reused) reused++;
       const r = out.result;
-      if (r.status === "harness_fault") return { ...base, verdict: "error", detail: `harness fault: ${r.reason}` };
+      if (r.status === "harness_fault") return { ...row, verdict: "error", detail: `harness fault: ${r.reason}` };
       // A mutant that does not apply, or reads as tampered, is not the correct program: killed, but said.
-      if (r.status !== "graded") return { ...base, verdict: "killed_official", detail: `${r.status}: ${r.reason ?? ""}`.trim() };
+      if (r.status !== "graded") return { ...row, verdict: "killed_official", detail: `${r.status}: ${r.reason ?? ""}`.trim() };
       const failing = failingVsGold(r, cal);
-      if (!r.official.resolved_strict) return { ...base, verdict: "killed_official", killed_by: failing.official.slice(0, 5) };
+      if (!r.official.resolved_strict) return { ...row, verdict: "killed_official", killed_by: failing.official.slice(0, 5) };
       if (!r.with_probes.resolved_strict) {
         const by = [...new Set(failing.probes.map((f) => f.promise ?? f.id))];
-        return { ...base, verdict: "killed_probes", killed_by: by, detail: by.join(", ") };
+        return { ...row, verdict: "killed_probes", killed_by: by, detail: by.join(", ") };
       }
-      return { ...base, verdict: "survived" };
+      return { ...row, verdict: "survived" };
     });
     const rows: MutantRow[] = [
       ...graded,
-      ...all.filter((m) => equivalent.has(m.id)).map((m): MutantRow => ({ id: m.id, file: m.file, line: m.line, operator: m.operator, description: m.description, verdict: "equivalent", detail: equivalent.get(m.id)!, diff: diffAgainstGolden(golden, m.patch) })),
-      ...candidates.filter((m) => !chosenIds.has(m.id)).map((m): MutantRow => ({ id: m.id, file: m.file, line: m.line, operator: m.operator, description: m.description, verdict: "not_run", detail: "not in the sample (--mutants)", diff: diffAgainstGolden(golden, m.patch) })),
+      ...all.filter((m) => equivalent.has(m.id)).map((m): MutantRow => ({ id: m.id, file: m.file, line: m.line, operator: m.operator, description: m.description, verdict: "equivalent", detail: equivalent.get(m.id)!, diff: m.change })),
+      ...candidates.filter((m) => !chosenIds.has(m.id)).map((m): MutantRow => ({ id: m.id, file: m.file, line: m.line, operator: m.operator, description: m.description, verdict: "not_run", detail: "not in the sample (--mutants)", diff: m.change })),
     ];
     const n = (v: MutantVerdict) => rows.filter((r) => r.verdict === v).length;
     const killed = n("killed_official") + n("killed_probes");
@@ -408,7 +407,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     mutants = {
       generated: all.length,
       graded: denominator,
-      skipped: gen.skipped,
+      skipped: { ...gen.skipped },
       killed_official: n("killed_official"),
       killed_probes: n("killed_probes"),
       survived: n("survived"),

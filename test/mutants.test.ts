@@ -195,7 +195,7 @@ describe("the helper's interpreter", () => {
     const scratch = mkdtempSync(join(tmpdir(), "infradev-analysis-test-"));
     try {
       await expect(generateMutants(task, { workDir: scratch, python: "/nonexistent/python3.11" })).rejects.toThrow(
-        /cannot run the Python interpreter "\/nonexistent\/python3\.11".*INFRADEV_PYTHON/,
+        /cannot run the Python interpreter "\/nonexistent\/python3\.11".*INFRADEV_HOST_PYTHON/,
       );
       for (const side of ["base", "post"]) expect(readdirSync(join(scratch, "trees", side)), side).toEqual([]);
     } finally {
