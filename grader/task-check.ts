@@ -215,6 +215,9 @@ function removedTestsListed(task: GraderTask): Set<string> {
   );
 }
 
+/** A definition of done that asks for one process (then world size 1 must be graded). */
+const SINGLE_PROCESS = /\b(in a single process|single-process|one-rank process group|a single rank|on one rank|world size 1)\b/i;
+
 /** Whether prompt.md names a symbol (its last dotted component, as a whole word). */
 function namedIn(prompt: string, name: string): boolean {
   const word = name.split(".").pop()!.replace(/[$()*+.?[\\\]^{|}]/g, "\\$&");
@@ -251,6 +254,11 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   if (!task.hidden.alternatives.length) add("warning", "alternatives", `no ${spec.hidden.dir}/alternatives/index.yaml: without alternative-correct patches nothing shows the probes accept a correct patch that differs from golden`);
 
   // ---- author traps ---------------------------------------------------------------------------
+  const singleProcess = SINGLE_PROCESS.exec(task.prompt);
+  if (singleProcess && !worldSizes.includes(1)) {
+    const line = task.prompt.slice(0, singleProcess.index).split("\n").length;
+    add("error", "traps", `prompt.md:${line} asks for a single process ("${singleProcess[0]}"), but the graded world sizes (${worldSizes.join(", ")}) leave out 1: add 1 to world_sizes in task.yaml`);
+  }
   const listedRemoved = removedTestsListed(task);
   const dropped = droppedTestFiles(task).filter((f) => !listedRemoved.has(f));
   if (dropped.length) {

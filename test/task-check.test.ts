@@ -73,6 +73,8 @@ describe("task check on the check-mean fixture", () => {
     const m = good.mutants!;
     expect(m.generated).toBeGreaterThan(3);
     expect(m.score).toBeGreaterThanOrEqual(0.9);
+    // The author's equivalent mutant is reported with its reason, outside the score.
+    expect(m.rows.filter((r) => r.verdict === "equivalent").map((r) => r.id)).toEqual(["tinyinfra/ops.py:all_mean:drop-kw#1"]);
     expect(m.killed_official + m.killed_probes + m.survived).toBe(m.graded);
     // The coverage table names, per promise, the adversarial patch its probes caught.
     expect(good.coverage.find((c) => c.id === "input-unchanged")!.adversarial).toContain("reduce-in-place");
@@ -107,8 +109,10 @@ describe("task check fails a task with each defect, naming it", () => {
     // (1) a probe without a marker; (2) a bad kind.
     src = src.replace('@pytest.mark.probe(promise="input-unchanged", kind="state")\n', "");
     src = src.replace('kind="condition"', 'kind="conditional"');
-    // (3) a weak mean probe instead of the real one: mutants of the division survive.
-    src = src.replace(/@pytest\.mark\.probe\(promise="mean-value"[\s\S]*?\n\n\n/, '@pytest.mark.probe(promise="mean-value", kind="numerical")\ndef test_mean_of_equal_tensors():\n    assert torch.equal(all_mean(torch.ones(3)), torch.ones(3))\n\n\n');
+    // (3) a weak mean probe instead of the real one (zeros: any scaling passes), and no equivalents
+    // declared: the division's mutant survives (the dropped op= is "killed" by the over-strict probe).
+    src = src.replace(/@pytest\.mark\.probe\(promise="mean-value"[\s\S]*?\n\n\n/, '@pytest.mark.probe(promise="mean-value", kind="numerical")\ndef test_mean_of_zeros():\n    assert torch.equal(all_mean(torch.zeros(3)), torch.zeros(3))\n\n\n');
+    rmSync(join(t, "mutants.yaml"));
     // (4) an over-strict probe: reads the golden patch's source text.
     src += '\n\n@pytest.mark.probe(promise="mean-value", kind="numerical")\ndef test_uses_reduce_op_sum():\n    import inspect\n    assert "ReduceOp.SUM" in inspect.getsource(all_mean)\n';
     writeFileSync(probes, src);
@@ -125,11 +129,13 @@ describe("task check fails a task with each defect, naming it", () => {
     has(/\[markers\] .*test_probe_mean\.py:\d+: test_dtype_and_shape_kept: probe marker: kind "conditional" is not one of numerical, resource, state, condition/);
     has(/\[promises\] .*promises\.yaml:\d+: promise "empty-input" has no probe/);
     has(/\[alternative\] alternative divide-first: over-strict probe\(s\), a false reject: .*test_uses_reduce_op_sum \(mean-value\)/);
-    has(/\[mutants\] mutation score 0\.\d+ < 0\.9 .*survived/);
+    has(/\[mutants\] mutation score 0\.\d+ < 0\.9 \(4 killed of 5; 1 survived\)/);
     const survivors = bad.mutants!.rows.filter((r) => r.verdict === "survived");
-    expect(survivors.length).toBeGreaterThan(0);
+    expect(survivors.map((r) => r.id)).toEqual(["tinyinfra/ops.py:all_mean:arith#1"]);
     // Each survivor comes with its diff against the golden patch.
     for (const s of survivors) expect(s.diff).toMatch(/^-.*\n\+/m);
+    // The weak probe lets the sum through as well: the adversarial patch is resolved in Set B.
+    has(/\[adversarial\] adversarial sum-not-mean: resolved in Set B: no probe catches it/);
   });
 });
 
