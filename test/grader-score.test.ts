@@ -209,7 +209,7 @@ describe("demo expectations (pure)", () => {
     // The base may pass weak official tests; passing with the probes too means they test nothing of the PR.
     const base = (a: boolean, b: boolean): DemoReport => ({ notRunnable: [], rows: [{ task: "t", kind: "base", name: "base", patchFile: null, result: result(a, b, 0.5), promises }] });
     expect(demoExpectationFailures(base(true, false))).toEqual([]);
-    expect(demoExpectationFailures(base(true, true))).toEqual(["t:base: the pre-PR base is resolved in Set B (the probes do not test what the PR changes)"]);
+    expect(demoExpectationFailures(base(true, true))).toEqual(["t:base: the pre-PR base is resolved in Set B: the probes do not test what the PR changes"]);
   });
 });
 
