@@ -140,24 +140,34 @@ def test_generate_is_a_step_loop(model, config, device, token_stream, batch, pro
 
 @pytest.mark.probe(promise="engines-side-by-side", kind="state")
 def test_engines_of_one_model_side_by_side(model, config, device, token_stream):
-    a_stream, b_stream = token_stream(12, 2, 31, device), token_stream(12, 2, 32, device)
+    a_stream, b_stream = token_stream(14, 2, 31, device), token_stream(12, 2, 32, device)
     a = DecodeEngine(model, batch_size=2, seed=1, device=device)
-    b = DecodeEngine(model, batch_size=2, seed=2, device=device)
     eager = DecodeEngine(model, batch_size=2, seed=1, device=device, cuda_graphs=False)
-    got_a, got_b, got_eager = ([], []), ([], []), ([], [])
-    history = torch.empty(2, 0, dtype=torch.long, device=device)
-    for i in range(12):
-        for engine, tokens, got in ((a, a_stream[i], got_a), (b, b_stream[i], got_b), (eager, a_stream[i], got_eager)):
-            got[0].append(engine.step(tokens))
+    got_a, got_eager, got_b = ([], []), ([], []), ([], [])
+    history = []
+
+    def step_a(i):
+        for engine, got in ((a, got_a), (eager, got_eager)):
+            got[0].append(engine.step(a_stream[i]))
             got[1].append(engine.last_logits)
-        history = torch.cat([history, a_stream[i][:, None]], dim=1)
-        torch.testing.assert_close(got_a[1][-1], _recompute(model, history), **TOL, msg=lambda m: f"engine a, step {i}: {m}")
+        history.append(a_stream[i])
+        torch.testing.assert_close(got_a[1][-1], _recompute(model, torch.stack(history, dim=1)), **TOL,
+                                   msg=lambda m: f"engine a, step {i}: {m}")
+
+    for i in range(3):  # engine a has decoded (and, in graph mode, captured) before engine b exists
+        step_a(i)
+    b = DecodeEngine(model, batch_size=2, seed=2, device=device)
+    for i in range(12):
+        got_b[0].append(b.step(b_stream[i]))
+        got_b[1].append(b.last_logits)
+        if i + 3 < len(a_stream):
+            step_a(i + 3)
     _assert_same_run(got_a, got_eager, "engine a against an eager engine fed the same tokens")
     alone = DecodeEngine(model, batch_size=2, seed=2, device=device)
     _assert_same_run(got_b, _run(alone, b_stream), "engine b against the same engine run alone")
     b.reset()
     _assert_same_run(_run(b, b_stream[:4]), _run(DecodeEngine(model, batch_size=2, seed=2, device=device), b_stream[:4]), "engine b after its reset")
-    assert a.position == 12, "resetting engine b moved engine a"
+    assert a.position == len(a_stream), "building or resetting engine b moved engine a"
 
 
 @pytest.mark.probe(promise="step-outputs-owned-by-the-caller", kind="state")
