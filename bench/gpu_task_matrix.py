@@ -2,8 +2,11 @@
 
     python bench/gpu_task_matrix.py --task tasks/cuda-graph-decode --out OUT [--jobs N] [--env K=V ...]
         [--variants golden,base,...] [--launcher builtin|torchrun] [--ranks N]
+        [--probes DIR] [--wrong-dir DIR]
 
-Variants: golden, hollow, base (no patch) and every adversarial patch of hidden/adversarial/index.yaml.
+Variants: golden, hollow, base (no patch), every adversarial patch of hidden/adversarial/index.yaml,
+every alternative-correct patch of hidden/alternatives/index.yaml, and with --wrong-dir every *.patch
+there (a held-out set of wrong patches kept outside the repository).
 Each gets a fresh copy of the pre-PR snapshot, its patch (git apply, else patch -p1), the post-PR
 tests in place of test_dirs and the probes as infradev_probes/, then one launcher session per mode
 with both suites. Prints one row per (variant, mode) and checks what the task claims:
@@ -11,7 +14,11 @@ with both suites. Prints one row per (variant, mode) and checks what the task cl
 - golden passes every official test and every probe in every mode;
 - each adversarial patch passes every official test in every mode, and fails at least one probe
   tagged with each promise it says it breaks (in some mode); the modes where it fails are listed;
-- base and hollow fail something.
+- base and hollow fail something;
+- each alternative passes everything in every mode, like golden (a failing probe is over-strict);
+- each held-out wrong patch passes every official test in every mode and fails some probe.
+
+--probes runs another probe folder in place of hidden/probes (e.g. an older one, to measure before/after).
 
 This is the grader's job done without Node (the device machine may have none); the grader's own
 Set A / Set B table comes from `infradev demo` / `infradev grade` where Node exists. Writes
@@ -45,13 +52,23 @@ def load_task(task_dir):
     return spec, adversarial
 
 
-def variants_of(task_dir, adversarial):
+def variants_of(task_dir, adversarial, wrong_dir=None):
+    """(name, patch, breaks, kind) per variant; kind: golden | base | hollow | adversarial | alternative | wrong."""
     hidden = os.path.join(task_dir, "hidden")
-    out = [("golden", os.path.join(hidden, "golden.patch"), []), ("base", None, [])]
+    out = [("golden", os.path.join(hidden, "golden.patch"), [], "golden"), ("base", None, [], "base")]
     if os.path.exists(os.path.join(hidden, "hollow.patch")):
-        out.append(("hollow", os.path.join(hidden, "hollow.patch"), []))
+        out.append(("hollow", os.path.join(hidden, "hollow.patch"), [], "hollow"))
     for entry in adversarial:
-        out.append((entry["name"], os.path.join(hidden, "adversarial", entry["patch"]), list(entry["breaks"])))
+        out.append((entry["name"], os.path.join(hidden, "adversarial", entry["patch"]), list(entry["breaks"]), "adversarial"))
+    alt_index = os.path.join(hidden, "alternatives", "index.yaml")
+    if os.path.exists(alt_index):
+        with open(alt_index) as f:
+            for entry in yaml.safe_load(f) or []:
+                out.append((entry["name"], os.path.join(hidden, "alternatives", entry["patch"]), [], "alternative"))
+    if wrong_dir:
+        for fname in sorted(os.listdir(wrong_dir)):
+            if fname.endswith(".patch"):
+                out.append(("wrong:" + fname[: -len(".patch")], os.path.join(wrong_dir, fname), [], "wrong"))
     return out
 
 
@@ -69,8 +86,8 @@ def apply_patch(repo, patch):
     raise RuntimeError("cannot apply %s: %s" % (patch, "; ".join(errors)))
 
 
-def make_workspace(task_dir, spec, name, patch, scratch):
-    repo = os.path.join(scratch, name)
+def make_workspace(task_dir, spec, name, patch, scratch, probes_dir=None):
+    repo = os.path.join(scratch, name.replace(":", "_"))
     shutil.copytree(os.path.join(task_dir, spec["source"]["path"]), repo,
                     ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
     if shutil.which("git"):
@@ -81,7 +98,7 @@ def make_workspace(task_dir, spec, name, patch, scratch):
         src = os.path.join(task_dir, "hidden", "tests", d)
         if os.path.exists(src):
             shutil.copytree(src, os.path.join(repo, d))
-    shutil.copytree(os.path.join(task_dir, "hidden", "probes"), os.path.join(repo, "infradev_probes"),
+    shutil.copytree(probes_dir or os.path.join(task_dir, "hidden", "probes"), os.path.join(repo, "infradev_probes"),
                     ignore=shutil.ignore_patterns("__pycache__"))
     return repo, method
 
@@ -136,14 +153,24 @@ def summarise(session):
 
 def expectations(results, variants):
     problems, verdicts = [], {}
-    for name, _patch, breaks in variants:
+    for name, _patch, breaks, kind in variants:
         sessions = results[name]["sessions"]
         sums = {s["mode"]: summarise(s) for s in sessions}
         fail_modes = sorted(m for m, s in sums.items() if not (s["official_all_pass"] and s["probes_all_pass"]))
-        if name == "golden":
+        if not results[name]["applied"]:
+            ok = kind in ("base", "hollow")
+            verdicts[name] = "NOT APPLIED"
+        elif kind in ("golden", "alternative"):
             ok = not fail_modes
-            verdicts[name] = "passes everything in every mode" if ok else "FAILS in %s" % fail_modes
-        elif name in ("base", "hollow"):
+            verdicts[name] = "passes everything in every mode" if ok else "FAILS in %s: %s" % (
+                fail_modes, sorted({p for s in sums.values() for p in s["failed_promises"]}))
+        elif kind == "wrong":
+            official_ok = all(s["official_all_pass"] for s in sums.values())
+            caught = {m: s["failed_promises"] for m, s in sums.items() if s["failed_promises"]}
+            ok = official_ok and bool(caught)
+            verdicts[name] = "official %s in every mode; %s" % ("pass" if official_ok else "FAIL (not a valid wrong patch)",
+                                                               ("caught: %s" % caught) if caught else "NOT CAUGHT by any probe")
+        elif kind in ("base", "hollow"):
             ok = bool(fail_modes)
             verdicts[name] = ("fails (modes: %s)" % ", ".join(fail_modes)) if ok else "PASSES everything"
         else:
@@ -171,6 +198,8 @@ def main(argv=None):
     parser.add_argument("--launcher", default="builtin", choices=("builtin", "torchrun"))
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--ranks", type=int, default=0, help="override the task's rank count (e.g. 1 on a one-GPU node with NCCL)")
+    parser.add_argument("--probes", default="", help="probe folder to run instead of the task's hidden/probes")
+    parser.add_argument("--wrong-dir", default="", help="folder of held-out wrong patches (*.patch), each expected to be caught")
     args = parser.parse_args(argv)
 
     task_dir = os.path.abspath(args.task)
@@ -180,7 +209,7 @@ def main(argv=None):
     modes = spec.get("modes") or {"default": {}}
     if args.modes:
         modes = {m: modes[m] for m in args.modes.split(",")}
-    variants = variants_of(task_dir, adversarial)
+    variants = variants_of(task_dir, adversarial, os.path.abspath(args.wrong_dir) if args.wrong_dir else None)
     if args.variants:
         keep = args.variants.split(",")
         variants = [v for v in variants if v[0] in keep]
@@ -190,30 +219,30 @@ def main(argv=None):
     results = {}
 
     def run_variant(variant):
-        name, patch, breaks = variant
+        name, patch, breaks, kind = variant
         try:
-            repo, method = make_workspace(task_dir, spec, name, patch, scratch)
+            repo, method = make_workspace(task_dir, spec, name, patch, scratch, os.path.abspath(args.probes) if args.probes else None)
         except Exception as exc:  # an inapplicable patch is a result, not a crash of the matrix
-            return name, {"applied": False, "error": str(exc), "sessions": []}
+            return name, {"applied": False, "kind": kind, "error": str(exc), "sessions": []}
         sessions = []
         for mode, mode_env in modes.items():
-            out_dir = os.path.join(scratch, "out", name, mode)
+            out_dir = os.path.join(scratch, "out", name.replace(":", "_"), mode)
             sessions.append(run_session(repo, spec, mode, mode_env, extra_env, out_dir, args.python, args.launcher))
-        return name, {"applied": True, "apply_method": method, "breaks": breaks, "sessions": sessions}
+        return name, {"applied": True, "kind": kind, "apply_method": method, "breaks": breaks, "sessions": sessions}
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for name, result in pool.map(run_variant, variants):
             results[name] = result
     verdicts, problems = expectations(results, variants)
-    report = {"task": spec["id"], "env": extra_env, "launcher": args.launcher, "seconds": round(time.monotonic() - t0, 1),
+    report = {"task": spec["id"], "env": extra_env, "probes": args.probes or "hidden/probes", "launcher": args.launcher, "seconds": round(time.monotonic() - t0, 1),
               "results": results, "verdicts": verdicts, "problems": problems}
-    with open(os.path.join(args.out, "matrix-%s.json" % spec["id"]), "w") as f:
+    with open(os.path.join(args.out, "matrix-%s%s.json" % (spec["id"], "-" + os.path.basename(args.probes.rstrip("/")) if args.probes else "")), "w") as f:
         json.dump(report, f, indent=1)
 
     print("\n== %s: variants x modes through the rank launcher (%s, %d rank(s)) ==" % (spec["id"], args.launcher, spec["ranks"]))
     print("%-34s %-12s %-9s %-9s %-7s %s" % ("variant", "mode", "official", "probes", "secs", "probe promises failing"))
-    for name, _p, _b in variants:
+    for name, _p, _b, _k in variants:
         res = results[name]
         if not res["applied"]:
             print("%-34s %s" % (name, "NOT APPLIED: " + res["error"][:100]))

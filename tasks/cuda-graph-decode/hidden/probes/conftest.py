@@ -1,7 +1,9 @@
-"""Fixtures for this folder's tests: a CUDA device, a model, counters of graph captures / replays.
+"""Fixtures for this folder's probes: the device, a model, counters of graph captures / replays.
 
 Runs under every mode of the task (NANODECODE_CUDA_GRAPHS=0 and =1). Self-contained: it does not
-rely on a conftest above it.
+rely on a conftest above it. The device follows NANODECODE_DEVICE like the package does (the task
+sets ``cuda``), so the probes that are not about graphs also run on a CPU-only machine; the probes
+about graphs ask for the ``cuda`` fixture, which fails (never skips) without a CUDA device.
 """
 
 import collections
@@ -17,17 +19,31 @@ REPO_ROOT = next((p for p in Path(__file__).resolve().parents if (p / "nanodecod
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from nanodecode import DecoderConfig, TinyDecoder  # noqa: E402
+from nanodecode import DecoderConfig, TinyDecoder, resolve_device  # noqa: E402
+
+
+def _full_float32() -> None:
+    # Reference numbers in full float32: TF32 would blur the comparison with the recomputation.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
 
 @pytest.fixture
 def cuda() -> torch.device:
     if not torch.cuda.is_available():
-        pytest.fail("these tests need a CUDA device; none is visible")
-    # Reference numbers in full float32: TF32 would blur the comparison with the recomputation.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+        pytest.fail("this probe needs a CUDA device; none is visible")
+    _full_float32()
     return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.fixture
+def device() -> torch.device:
+    found = resolve_device()
+    if found.type == "cuda":
+        if not torch.cuda.is_available():
+            pytest.fail("NANODECODE_DEVICE asks for CUDA and none is visible")
+        _full_float32()
+    return found
 
 
 @pytest.fixture
@@ -36,8 +52,19 @@ def config() -> DecoderConfig:
 
 
 @pytest.fixture
-def model(config, cuda) -> TinyDecoder:
-    return TinyDecoder(config, seed=1234).to(cuda).eval()
+def model(config, device) -> TinyDecoder:
+    return TinyDecoder(config, seed=1234).to(device).eval()
+
+
+@pytest.fixture
+def token_stream(config):
+    """``token_stream(n, batch, seed, device)``: n different (batch,) int64 token tensors."""
+
+    def make(n, batch, seed, device):
+        generator = torch.Generator().manual_seed(seed)
+        return [torch.randint(0, config.vocab_size, (batch,), generator=generator).to(device) for _ in range(n)]
+
+    return make
 
 
 @pytest.fixture
