@@ -67,7 +67,7 @@ export function checkText(r: CheckReport): string {
   }
   if (r.contract.length) {
     out.push("");
-    out.push(`interface contract (symbols the golden patch adds that tests or probes use): ${r.contract.map((c) => `${c.name}${c.in_prompt ? "" : " (NOT in prompt.md)"}`).join(", ")}`);
+    out.push(`interface contract (symbols the golden patch adds that tests or probes use): ${[...new Set(r.contract.map((c) => `${c.name}${c.in_prompt ? "" : " (NOT in prompt.md)"}`))].join(", ")}`);
   }
   out.push("");
   const shown = r.findings.filter((f) => f.level !== "info");

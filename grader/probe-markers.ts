@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
-import { join, relative } from "node:path";
+import { join } from "node:path";
 import { pythonHelpersDir } from "../lib/paths.js";
-import type { GraderTask } from "../tasks/loader.js";
+import { displayPath, type GraderTask } from "../tasks/loader.js";
 import { PROBE_KINDS } from "../tasks/schema.js";
 import { analysisPython } from "./task-analysis.js";
 
@@ -38,7 +38,7 @@ export function scanProbeMarkers(task: GraderTask, opts: { python?: string } = {
     throw new Error(`cannot scan the probes' markers with ${python}: ${err.code === "ENOENT" ? "not found (set INFRADEV_HOST_PYTHON)" : (err.stderr ?? err.message).trim()}`);
   }
   const scan = JSON.parse(out) as { tests: ScannedProbe[]; errors: Array<{ file: string; line: number | null; message: string }> };
-  const where = (file: string, line: number | null) => `${relative(process.cwd(), join(task.hidden.probesDir, file)) || file}:${line ?? "?"}`;
+  const where = (file: string, line: number | null) => `${displayPath(join(task.hidden.probesDir, file))}:${line ?? "?"}`;
   const problems = scan.errors.map((e) => `${where(e.file, e.line)}: ${e.message}`);
   const known = task.hidden.promises ? new Set(task.hidden.promises.map((p) => p.id)) : null;
   for (const t of scan.tests) {
@@ -51,6 +51,6 @@ export function scanProbeMarkers(task: GraderTask, opts: { python?: string } = {
     if (m.kind !== null && !(PROBE_KINDS as readonly string[]).includes(m.kind)) problems.push(`${where(t.file, m.line)}: ${t.name}: probe marker: kind "${m.kind}" is not one of ${PROBE_KINDS.join(", ")}`);
     if (m.promise !== null && known && !known.has(m.promise)) problems.push(`${where(t.file, m.line)}: ${t.name}: probe marker: unknown promise "${m.promise}" (not in ${task.hidden.promisesFile}; known: ${[...known].join(", ")})`);
   }
-  if (!scan.tests.length) problems.push(`${relative(process.cwd(), task.hidden.probesDir) || task.hidden.probesDir}: no probe test found (test_*.py files with test_* functions)`);
+  if (!scan.tests.length) problems.push(`${displayPath(task.hidden.probesDir)}: no probe test found (test_*.py files with test_* functions)`);
   return { probes: scan.tests, problems };
 }

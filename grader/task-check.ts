@@ -1,7 +1,7 @@
 import { availableParallelism } from "node:os";
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
-import { join, relative } from "node:path";
-import type { GraderTask } from "../tasks/loader.js";
+import { join } from "node:path";
+import { displayPath, type GraderTask } from "../tasks/loader.js";
 import { calibrate } from "./calibrate.js";
 import { taskContentHash, writeJsonAtomic } from "./files.js";
 import { hardwareFingerprint } from "./fingerprint.js";
@@ -233,7 +233,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   const say = (m: string) => opts.onProgress?.(m);
   const findings: Finding[] = [];
   const add = (level: FindingLevel, area: string, message: string) => findings.push({ level, area, message });
-  const rel = (p: string) => relative(process.cwd(), p) || p;
+  const rel = displayPath;
   const scratch = join(opts.outDir, "work");
   mkdirSync(scratch, { recursive: true });
   const spec = task.fullSpec;

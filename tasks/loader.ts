@@ -145,7 +145,7 @@ function realInside(taskDir: string, p: string, label: string, field: string): s
 }
 
 /** A path as messages name it: relative to the working directory when it lies under it, else absolute. */
-function displayPath(p: string): string {
+export function displayPath(p: string): string {
   const rel = relative(process.cwd(), p);
   return rel && !rel.startsWith("..") && !isAbsolute(rel) ? rel : resolve(p);
 }
