@@ -32,7 +32,7 @@ def test_synced_grads_equal_float64_average(device, cap):
     assert grad_mismatches(model.module, expected) == []
 
 
-@pytest.mark.probe(promise="averaged-gradients", kind="numerical")
+@pytest.mark.probe(promise="trainer-full-batch-update", kind="numerical")
 def test_trainer_step_with_accumulation_matches_float64_sgd(device):
     config = TrainConfig(
         in_features=8, hidden=12, out_features=3, batch_size=8, lr=0.1, steps=1,

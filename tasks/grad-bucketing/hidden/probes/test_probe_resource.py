@@ -115,7 +115,7 @@ def test_no_collectives_inside_no_sync(device):
     assert after.calls["all_reduce"] == len(model.buckets), dict(after.calls)
 
 
-@pytest.mark.probe(promise="no-sync-no-comm", kind="resource")
+@pytest.mark.probe(promise="trainer-one-sync-per-step", kind="resource")
 def test_trainer_accumulation_syncs_once_per_step(device):
     config = TrainConfig(batch_size=8, grad_accum_steps=4, steps=1, bucket_cap_mb=cap_mb(1024))
     trainer = Trainer(config)
