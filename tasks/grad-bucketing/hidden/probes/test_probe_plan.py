@@ -29,6 +29,7 @@ F32, F64 = torch.float32, torch.float64
 # Interleaved dtypes: a plan must still give one bucket per dtype when the cap holds everything.
 MIXED = [(10, F32), (6, F64), (7, F32), (3, F64), (20, F32), (9, F64), (1, F32)]
 SINGLE = [(16, F32), (5, F32), (24, F32), (3, F32), (12, F32), (1, F32)]
+MANY = [(1 + (7 * i) % 13, F64 if i % 5 == 2 else F32) for i in range(70)]  # many small, two dtypes
 
 
 def _sizes(bag):
@@ -76,7 +77,7 @@ def _sync_is_exact(model, cap_bytes):
 
 
 @pytest.mark.probe(promise="cap-is-filled", kind="condition")
-@pytest.mark.parametrize("spec", [SINGLE, MIXED], ids=["float32", "float32+float64"])
+@pytest.mark.parametrize("spec", [SINGLE, MIXED, MANY], ids=["float32", "float32+float64", "70-params"])
 @pytest.mark.parametrize("slack", [0, 1, 10 * MIB], ids=["cap-equals-all-gradients", "one-byte-more", "huge"])
 def test_cap_holding_everything_gives_one_bucket_per_dtype(device, spec, slack):
     bag = ParamBag(spec, device)
@@ -90,9 +91,9 @@ def test_cap_holding_everything_gives_one_bucket_per_dtype(device, spec, slack):
 
 
 @pytest.mark.probe(promise="cap-in-mib", kind="condition")
-def test_cap_one_byte_below_all_gradients_splits():
+def test_cap_one_byte_below_all_gradients_splits(device):
     """1 MB = 1024 * 1024 bytes: a cap of exactly all gradients' bytes holds them, one byte less does not."""
-    bag = ParamBag([(2 * 1024, F32), (2 * 1024, F32), (1024, F32)], torch.device("cpu"))
+    bag = ParamBag([(2 * 1024, F32), (2 * 1024, F32), (1024, F32)], device)
     total = sum(_sizes(bag).values())  # 20 KiB
     exact = DataParallel(bag, bucket_cap_mb=total / MIB)
     assert len(exact.buckets) == 1, [b.param_names for b in exact.buckets]
@@ -168,12 +169,12 @@ def test_bucket_attributes_name_the_wrapped_parameters(device):
 
 
 @pytest.mark.probe(promise="default-cap", kind="condition")
-def test_default_cap_is_25_mib():
+def test_default_cap_is_25_mib(device):
     assert inspect.signature(DataParallel.__init__).parameters["bucket_cap_mb"].default == 25.0
     quarter = 25 * MIB // 4 // 4  # float32 elements in a quarter of 25 MiB
-    exact = ParamBag([(quarter, F32)] * 4, torch.device("cpu"))
+    exact = ParamBag([(quarter, F32)] * 4, device)
     assert len(DataParallel(exact).buckets) == 1
-    over = ParamBag([(quarter, F32)] * 4 + [(1, F32)], torch.device("cpu"))
+    over = ParamBag([(quarter, F32)] * 4 + [(1, F32)], device)
     assert len(DataParallel(over).buckets) >= 2
 
 

@@ -168,6 +168,8 @@ def test_missing_grads_contribute_zeros(device, pattern):
     synthetic_backward(model, 80, rank(), used=_used(names, pattern, rank()))
     m = _sync_counted(model)
     assert m.calls["all_reduce"] == len(model.buckets), dict(m.calls)
+    assert sum(m.calls.values()) == len(model.buckets), dict(m.calls)
+    assert m.bytes["all_reduce"] == param_bytes(model.module, names), dict(m.bytes)
     want = _avg(model, lambda r: [(80, _used(names, pattern, r))])
     assert exact_mismatches(model.module, want) == []
 
@@ -220,10 +222,22 @@ def test_frozen_parameters_are_not_bucketed_or_sent(device, frozen):
     synthetic_backward(model, 90, rank())
     m = _sync_counted(model)
     assert m.calls["all_reduce"] == len(model.buckets), dict(m.calls)
+    assert sum(m.calls.values()) == len(model.buckets), dict(m.calls)
     assert m.bytes["all_reduce"] == param_bytes(model.module, trainable), dict(m.bytes)
     frozen_grads = [n for n, p in model.module.named_parameters() if n in frozen and p.grad is not None]
     assert frozen_grads == []
     assert exact_mismatches(model.module, _avg(model, lambda r: [(90, None)])) == []
+
+
+@pytest.mark.probe(promise="frozen-params", kind="condition")
+def test_a_frozen_parameters_own_grad_is_left_as_it_was(device):
+    model = DataParallel(_freeze(ParamBag(SPEC, device), ("p1", "p4")), bucket_cap_mb=CAP)
+    mine = torch.full_like(model.module.p4, 3.0 + rank())  # a gradient someone set by hand
+    model.module.p4.grad = mine
+    synthetic_backward(model, 92, rank())
+    model.sync_gradients()
+    assert model.module.p1.grad is None
+    assert model.module.p4.grad is mine and torch.equal(mine, torch.full_like(mine, 3.0 + rank()))
 
 
 @pytest.mark.probe(promise="frozen-params", kind="condition")

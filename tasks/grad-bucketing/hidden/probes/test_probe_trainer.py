@@ -90,8 +90,9 @@ class _Recording(torch.nn.Module):
 
 
 @pytest.mark.probe(promise="trainer-micro-batches", kind="state")
-@pytest.mark.parametrize("batch, k", [(12, 3), (8, 2), (9, 1), (8, 8)])
-def test_k_equal_micro_batches_and_communication_after_the_last(batch, k, monkeypatch):
+@pytest.mark.parametrize("batch, k, rows", [(12, 3, 12), (8, 2, 8), (9, 1, 9), (8, 8, 8), (4, 2, 10)])
+def test_k_equal_micro_batches_and_communication_after_the_last(batch, k, rows, monkeypatch):
+    """``rows``: the batch handed to train_step; it is split, whatever config.batch_size says."""
     config = TrainConfig(in_features=4, hidden=6, out_features=2, batch_size=batch, seed=1,
                          bucket_cap_mb=100 / MIB, grad_accum_steps=k)
     timeline = []
@@ -106,12 +107,12 @@ def test_k_equal_micro_batches_and_communication_after_the_last(batch, k, monkey
             super().append(tensor)
 
     spy.seen = _Marker(spy_seen)
-    x, y = _rank_batch(0, rank(), batch, config)
+    x, y = _rank_batch(0, rank(), rows, config)
     timeline.clear()
     trainer.train_step(x, y)
     buckets = len(trainer.model.buckets)
     forwards = [e for e in timeline if e[0] == "forward"]
-    assert forwards == [("forward", batch // k)] * k, timeline
+    assert forwards == [("forward", rows // k)] * k, timeline
     # One sync's worth of all-reduces, all of them after the last micro-batch's forward.
     assert [e[0] for e in timeline] == ["forward"] * k + ["all_reduce"] * buckets, timeline
 
