@@ -25,6 +25,27 @@ def run_device() -> torch.device:
     return torch.device("cpu")
 
 
+_TEST_GROUP = None
+
+
+def set_test_group(group) -> None:
+    global _TEST_GROUP
+    _TEST_GROUP = group
+
+
+def test_group():
+    """The process group of the running probe: every rank's, made afresh for each test so that a
+    submission that throws the ranks out of step fails that test only (see conftest.py)."""
+    return _TEST_GROUP
+
+
+def dp(module: nn.Module, **kwargs):
+    """``DataParallel(module, **kwargs)`` on this test's own process group (all ranks)."""
+    from nanoinfra.parallel import DataParallel
+
+    return DataParallel(module, process_group=test_group(), **kwargs)
+
+
 def world() -> int:
     return dist.get_world_size()
 
@@ -263,7 +284,7 @@ def signature_of(tensors: Sequence[torch.Tensor]) -> List[Tuple[int, str]]:
 def gather_objects(obj) -> list:
     """``obj`` from every rank (rank order)."""
     out = [None] * world()
-    dist.all_gather_object(out, obj)
+    dist.all_gather_object(out, obj, group=test_group())
     return out
 
 

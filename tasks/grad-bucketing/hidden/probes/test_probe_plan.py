@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gb_probe_support import (
+    dp,
     AllReduceSpy,
     MIB,
     ParamBag,
@@ -84,7 +85,7 @@ def test_cap_holding_everything_gives_one_bucket_per_dtype(device, spec, slack):
     dtypes = {p.dtype for p in bag.parameters()}
     cap_bytes = sum(_sizes(bag).values()) + slack
 
-    model = DataParallel(bag, bucket_cap_mb=cap_mb(cap_bytes))
+    model = dp(bag, bucket_cap_mb=cap_mb(cap_bytes))
     assert _plan_errors(model, cap_bytes) == []
     assert len(model.buckets) == len(dtypes), [b.param_names for b in model.buckets]
     _sync_is_exact(model, cap_bytes)
@@ -95,12 +96,12 @@ def test_cap_one_byte_below_all_gradients_splits(device):
     """1 MB = 1024 * 1024 bytes: a cap of exactly all gradients' bytes holds them, one byte less does not."""
     bag = ParamBag([(2 * 1024, F32), (2 * 1024, F32), (1024, F32)], device)
     total = sum(_sizes(bag).values())  # 20 KiB
-    exact = DataParallel(bag, bucket_cap_mb=total / MIB)
+    exact = dp(bag, bucket_cap_mb=total / MIB)
     assert len(exact.buckets) == 1, [b.param_names for b in exact.buckets]
-    below = DataParallel(bag, bucket_cap_mb=(total - 1) / MIB)
+    below = dp(bag, bucket_cap_mb=(total - 1) / MIB)
     assert len(below.buckets) >= 2 and _plan_errors(below, total - 1) == []
     # 0.01953125 MB is 20 KiB exactly; in units of 10^6 bytes it would be 19531 bytes.
-    decimal = DataParallel(bag, bucket_cap_mb=0.01953125)
+    decimal = dp(bag, bucket_cap_mb=0.01953125)
     assert len(decimal.buckets) == 1, [b.param_names for b in decimal.buckets]
 
 
@@ -117,7 +118,7 @@ def test_cap_one_byte_below_all_gradients_splits(device):
     ids=["16x16B-cap64", "16x16B-cap63", "f64-f32-cap160", "mixed-cap48", "mixed-cap100"],
 )
 def test_bucket_bytes_never_exceed_the_cap(device, spec, cap_bytes):
-    model = DataParallel(ParamBag(spec, device), bucket_cap_mb=cap_mb(cap_bytes))
+    model = dp(ParamBag(spec, device), bucket_cap_mb=cap_mb(cap_bytes))
     assert _plan_errors(model, cap_bytes) == []
     _sync_is_exact(model, cap_bytes)
 
@@ -128,7 +129,7 @@ def test_parameter_over_the_cap_gets_its_own_bucket(device, where):
     spec = [(4, F32)] * 5
     spec[where] = (17, F32)  # 68 bytes, cap 64
     spec.insert(0 if where else 1, (16, F32))  # a parameter exactly at the cap
-    model = DataParallel(ParamBag(spec, device), bucket_cap_mb=cap_mb(64))
+    model = dp(ParamBag(spec, device), bucket_cap_mb=cap_mb(64))
     sizes = _sizes(model.module)
     assert _plan_errors(model, 64) == []
     big = [n for n, s in sizes.items() if s > 64]
@@ -141,7 +142,7 @@ def test_parameter_over_the_cap_gets_its_own_bucket(device, where):
 @pytest.mark.probe(promise="bucket-single-dtype-device", kind="condition")
 @pytest.mark.parametrize("cap_bytes", [10 * MIB, 100, 40], ids=["one-per-dtype", "cap100", "cap40"])
 def test_dtype_mix_never_shares_a_bucket(device, cap_bytes, monkeypatch):
-    model = DataParallel(ParamBag(MIXED, device), bucket_cap_mb=cap_mb(cap_bytes))
+    model = dp(ParamBag(MIXED, device), bucket_cap_mb=cap_mb(cap_bytes))
     assert _plan_errors(model, cap_bytes) == []
     params = dict(model.module.named_parameters())
     spy = AllReduceSpy(monkeypatch)
@@ -161,7 +162,7 @@ def test_bucket_attributes_name_the_wrapped_parameters(device):
             self.inner = ParamBag([(6, F32), (3, F64)], device)
             self.tail = torch.nn.Linear(3, 2).to(device)
 
-    model = DataParallel(Outer(), bucket_cap_mb=cap_mb(40))
+    model = dp(Outer(), bucket_cap_mb=cap_mb(40))
     names = [n for n, _ in model.module.named_parameters()]
     got = [n for b in model.buckets for n in b.param_names]
     assert sorted(got) == sorted(names), got  # "inner.p0", not "module.inner.p0" or "p0"
@@ -173,9 +174,9 @@ def test_default_cap_is_25_mib(device):
     assert inspect.signature(DataParallel.__init__).parameters["bucket_cap_mb"].default == 25.0
     quarter = 25 * MIB // 4 // 4  # float32 elements in a quarter of 25 MiB
     exact = ParamBag([(quarter, F32)] * 4, device)
-    assert len(DataParallel(exact).buckets) == 1
+    assert len(dp(exact).buckets) == 1
     over = ParamBag([(quarter, F32)] * 4 + [(1, F32)], device)
-    assert len(DataParallel(over).buckets) >= 2
+    assert len(dp(over).buckets) >= 2
 
 
 @pytest.mark.probe(promise="param-in-one-bucket", kind="condition")
@@ -183,7 +184,7 @@ def test_default_cap_is_25_mib(device):
 def test_every_trainable_parameter_is_in_exactly_one_bucket(device, cap_bytes):
     bag = ParamBag(MIXED + [(16, F32), (2, F64)], device)
     bag.p3.requires_grad_(False)
-    model = DataParallel(bag, bucket_cap_mb=cap_mb(cap_bytes))
+    model = dp(bag, bucket_cap_mb=cap_mb(cap_bytes))
     names = [n for b in model.buckets for n in b.param_names]
     trainable = [n for n, p in bag.named_parameters() if p.requires_grad]
     assert sorted(names) == sorted(trainable), names  # each exactly once, none frozen

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from gb_probe_support import (
+    dp,
     AllReduceSpy,
     ParamBag,
     cap_mb,
@@ -21,7 +22,6 @@ from gb_probe_support import (
     world,
 )
 from infradev_probe import measure
-from nanoinfra.parallel import DataParallel
 
 F32, F64 = torch.float32, torch.float64
 SPEC = [(6, F32), (10, F32), (4, F64), (7, F32), (8, F64), (3, F32)]
@@ -29,7 +29,7 @@ CAP = cap_mb(48)  # several buckets of each dtype
 
 
 def _model(device, spec=SPEC, cap=CAP):
-    return DataParallel(ParamBag(spec, device), bucket_cap_mb=cap)
+    return dp(ParamBag(spec, device), bucket_cap_mb=cap)
 
 
 def _avg(model, steps_of_rank):
@@ -216,7 +216,7 @@ def _freeze(bag, names):
 @pytest.mark.parametrize("frozen", [("p0",), ("p2", "p3"), ("p5",), ("p0", "p1", "p2", "p3", "p4", "p5")],
                          ids=["first", "middle", "last", "all"])
 def test_frozen_parameters_are_not_bucketed_or_sent(device, frozen):
-    model = DataParallel(_freeze(ParamBag(SPEC, device), frozen), bucket_cap_mb=CAP)
+    model = dp(_freeze(ParamBag(SPEC, device), frozen), bucket_cap_mb=CAP)
     trainable = [n for n, p in model.module.named_parameters() if p.requires_grad]
     assert sorted(n for b in model.buckets for n in b.param_names) == sorted(trainable)
     synthetic_backward(model, 90, rank())
@@ -231,7 +231,7 @@ def test_frozen_parameters_are_not_bucketed_or_sent(device, frozen):
 
 @pytest.mark.probe(promise="frozen-params", kind="condition")
 def test_a_frozen_parameters_own_grad_is_left_as_it_was(device):
-    model = DataParallel(_freeze(ParamBag(SPEC, device), ("p1", "p4")), bucket_cap_mb=CAP)
+    model = dp(_freeze(ParamBag(SPEC, device), ("p1", "p4")), bucket_cap_mb=CAP)
     mine = torch.full_like(model.module.p4, 3.0 + rank())  # a gradient someone set by hand
     model.module.p4.grad = mine
     synthetic_backward(model, 92, rank())
@@ -243,7 +243,7 @@ def test_a_frozen_parameters_own_grad_is_left_as_it_was(device):
 @pytest.mark.probe(promise="frozen-params", kind="condition")
 def test_parameter_unfrozen_after_wrapping_stays_out(device):
     """Frozen "when the wrapper is built": unfreezing later does not put it on the wire."""
-    model = DataParallel(_freeze(ParamBag(SPEC, device), ("p1",)), bucket_cap_mb=CAP)
+    model = dp(_freeze(ParamBag(SPEC, device), ("p1",)), bucket_cap_mb=CAP)
     trainable = [n for n, p in model.module.named_parameters() if p.requires_grad]
     model.module.p1.requires_grad_(True)
     synthetic_backward(model, 91, rank())
