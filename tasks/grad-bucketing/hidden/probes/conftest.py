@@ -22,7 +22,10 @@ for path in (str(REPO_ROOT), str(HERE)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from gb_probe_support import run_device  # noqa: E402
+from gb_probe_support import run_device, set_test_group  # noqa: E402
+
+# How long a rank waits in a probe's collective for ranks that fell out of step.
+TEST_GROUP_TIMEOUT = timedelta(seconds=15)
 
 
 def _backend() -> str:
@@ -54,6 +57,17 @@ def dist_session():
     yield dist.group.WORLD
     if created and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def test_group(dist_session):
+    """A fresh process group of all ranks for each probe. A submission whose ranks issue different
+    collectives fails the probe where that happens; without a group of its own every later probe
+    would then be paired with the wrong collectives and hang or read garbage."""
+    group = dist.new_group(ranks=list(range(dist.get_world_size())), timeout=TEST_GROUP_TIMEOUT)
+    set_test_group(group)
+    yield group
+    set_test_group(None)
 
 
 @pytest.fixture

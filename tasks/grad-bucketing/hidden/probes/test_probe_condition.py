@@ -3,6 +3,7 @@
 import pytest
 
 from gb_probe_support import (
+    dp,
     averaged_grads,
     backward_on,
     bucket_names,
@@ -17,14 +18,13 @@ from gb_probe_support import (
     world,
 )
 from infradev_probe import measure
-from nanoinfra.parallel import DataParallel
 
 FROZEN = ("mid", "scale")
 
 
 @pytest.mark.probe(promise="frozen-params", kind="condition")
 def test_frozen_parameters_are_left_out(device):
-    model = DataParallel(make_net(device, frozen=FROZEN), bucket_cap_mb=cap_mb(1024))
+    model = dp(make_net(device, frozen=FROZEN), bucket_cap_mb=cap_mb(1024))
     template = float64_copy(model.module)
     backward_on(model, make_batch(40, rank()), device)
     with measure() as m:
@@ -40,7 +40,7 @@ def test_frozen_parameters_are_left_out(device):
 
 @pytest.mark.probe(promise="missing-grads", kind="condition")
 def test_parameter_unused_on_every_rank(device):
-    model = DataParallel(make_net(device), bucket_cap_mb=cap_mb(1024))
+    model = dp(make_net(device), bucket_cap_mb=cap_mb(1024))
     template = float64_copy(model.module)
     backward_on(model, make_batch(50, rank()), device, use_aux=False)
     with measure() as m:
@@ -52,7 +52,7 @@ def test_parameter_unused_on_every_rank(device):
 
 @pytest.mark.probe(promise="missing-grads", kind="condition")
 def test_parameter_used_on_rank0_only(device):
-    model = DataParallel(make_net(device), bucket_cap_mb=cap_mb(1024))
+    model = dp(make_net(device), bucket_cap_mb=cap_mb(1024))
     template = float64_copy(model.module)
     backward_on(model, make_batch(60, rank()), device, use_aux=rank() == 0)
     with measure() as m:
@@ -64,7 +64,7 @@ def test_parameter_used_on_rank0_only(device):
 
 @pytest.mark.probe(promise="missing-grads", kind="condition")
 def test_parameter_that_stops_receiving_gradients(device):
-    model = DataParallel(make_net(device), bucket_cap_mb=cap_mb(1024))
+    model = dp(make_net(device), bucket_cap_mb=cap_mb(1024))
     template = float64_copy(model.module)
     backward_on(model, make_batch(70, rank()), device, use_aux=True)
     model.sync_gradients()
@@ -78,7 +78,7 @@ def test_parameter_that_stops_receiving_gradients(device):
 @pytest.mark.probe(promise="oversized-param", kind="condition")
 @pytest.mark.parametrize("cap_bytes", [8, 100], ids=["cap-below-every-param", "cap-below-the-weights"])
 def test_cap_smaller_than_a_parameter(device, cap_bytes):
-    model = DataParallel(make_net(device), bucket_cap_mb=cap_mb(cap_bytes))
+    model = dp(make_net(device), bucket_cap_mb=cap_mb(cap_bytes))
     template = float64_copy(model.module)
     sizes = {n: p.numel() * p.element_size() for n, p in model.module.named_parameters()}
     plan = bucket_names(model)

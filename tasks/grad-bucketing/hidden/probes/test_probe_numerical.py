@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from gb_probe_support import (
+    dp,
     averaged_grads,
     backward_on,
     cap_mb,
@@ -15,7 +16,6 @@ from gb_probe_support import (
     world,
 )
 from nanoinfra.config import TrainConfig
-from nanoinfra.parallel import DataParallel
 from nanoinfra.trainer import Trainer
 
 CAPS = {"one-bucket": 64.0, "several-buckets": cap_mb(1024), "bucket-per-param": cap_mb(16)}
@@ -24,7 +24,7 @@ CAPS = {"one-bucket": 64.0, "several-buckets": cap_mb(1024), "bucket-per-param":
 @pytest.mark.probe(promise="averaged-gradients", kind="numerical")
 @pytest.mark.parametrize("cap", list(CAPS), ids=list(CAPS))
 def test_synced_grads_equal_float64_average(device, cap):
-    model = DataParallel(make_net(device, seed=100 + rank()), bucket_cap_mb=CAPS[cap])
+    model = dp(make_net(device, seed=100 + rank()), bucket_cap_mb=CAPS[cap])
     template = float64_copy(model.module)
     backward_on(model, make_batch(0, rank()), device)
     model.sync_gradients()
@@ -32,7 +32,7 @@ def test_synced_grads_equal_float64_average(device, cap):
     assert grad_mismatches(model.module, expected) == []
 
 
-@pytest.mark.probe(promise="averaged-gradients", kind="numerical")
+@pytest.mark.probe(promise="trainer-full-batch-update", kind="numerical")
 def test_trainer_step_with_accumulation_matches_float64_sgd(device):
     config = TrainConfig(
         in_features=8, hidden=12, out_features=3, batch_size=8, lr=0.1, steps=1,

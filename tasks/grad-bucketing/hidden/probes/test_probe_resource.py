@@ -5,6 +5,7 @@ import torch
 import torch.distributed as dist
 
 from gb_probe_support import (
+    dp,
     backward_on,
     bucket_names,
     cap_mb,
@@ -16,14 +17,13 @@ from gb_probe_support import (
 )
 from infradev_probe import measure
 from nanoinfra.config import TrainConfig
-from nanoinfra.parallel import DataParallel
 from nanoinfra.trainer import Trainer
 
 CAPS = {"one-bucket": 64.0, "several-buckets": cap_mb(1024), "bucket-per-param": cap_mb(16)}
 
 
 def _synced_once(device, bucket_cap_mb):
-    model = DataParallel(make_net(device), bucket_cap_mb=bucket_cap_mb)
+    model = dp(make_net(device), bucket_cap_mb=bucket_cap_mb)
     backward_on(model, make_batch(1, rank()), device)
     with measure() as m:
         model.sync_gradients()
@@ -44,11 +44,11 @@ def test_bucket_count_follows_the_cap(device):
     names = trainable_names(make_net(device))
     sizes = {n: p.numel() * p.element_size() for n, p in make_net(device).named_parameters()}
 
-    huge = DataParallel(make_net(device), bucket_cap_mb=64.0)
+    huge = dp(make_net(device), bucket_cap_mb=64.0)
     assert len(huge.buckets) == 1, bucket_names(huge)
 
     cap = 1024
-    medium = DataParallel(make_net(device), bucket_cap_mb=cap_mb(cap))
+    medium = dp(make_net(device), bucket_cap_mb=cap_mb(cap))
     plan = bucket_names(medium)
     assert sorted(n for b in plan for n in b) == sorted(names), plan
     for bucket in plan:
@@ -85,7 +85,7 @@ class _AllReduceRecorder:
 
 @pytest.mark.probe(promise="buckets-allocated-once", kind="resource")
 def test_bucket_buffers_are_reused_across_steps(device, monkeypatch):
-    model = DataParallel(make_net(device), bucket_cap_mb=cap_mb(1024))
+    model = dp(make_net(device), bucket_cap_mb=cap_mb(1024))
     recorder = _AllReduceRecorder(monkeypatch)
     per_step = []
     for step in range(3):
@@ -101,7 +101,7 @@ def test_bucket_buffers_are_reused_across_steps(device, monkeypatch):
 
 @pytest.mark.probe(promise="no-sync-no-comm", kind="resource")
 def test_no_collectives_inside_no_sync(device):
-    model = DataParallel(make_net(device), bucket_cap_mb=cap_mb(1024))
+    model = dp(make_net(device), bucket_cap_mb=cap_mb(1024))
     with measure() as inside:
         with model.no_sync():
             backward_on(model, make_batch(0, rank()), device)
@@ -115,7 +115,7 @@ def test_no_collectives_inside_no_sync(device):
     assert after.calls["all_reduce"] == len(model.buckets), dict(after.calls)
 
 
-@pytest.mark.probe(promise="no-sync-no-comm", kind="resource")
+@pytest.mark.probe(promise="trainer-one-sync-per-step", kind="resource")
 def test_trainer_accumulation_syncs_once_per_step(device):
     config = TrainConfig(batch_size=8, grad_accum_steps=4, steps=1, bucket_cap_mb=cap_mb(1024))
     trainer = Trainer(config)

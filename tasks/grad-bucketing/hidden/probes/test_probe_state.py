@@ -3,6 +3,7 @@
 import pytest
 
 from gb_probe_support import (
+    dp,
     averaged_grads,
     backward_on,
     cap_mb,
@@ -14,13 +15,12 @@ from gb_probe_support import (
     rank,
     world,
 )
-from nanoinfra.parallel import DataParallel
 
 
 @pytest.mark.probe(promise="fresh-buckets-each-step", kind="state")
 @pytest.mark.parametrize("set_to_none", [True, False], ids=["grads-set-to-none", "grads-zeroed"])
 def test_three_steps_with_different_data_are_each_averaged(device, set_to_none):
-    model = DataParallel(make_net(device), bucket_cap_mb=cap_mb(1024))
+    model = dp(make_net(device), bucket_cap_mb=cap_mb(1024))
     template = float64_copy(model.module)
     failures = {}
     for step in range(3):
@@ -36,7 +36,7 @@ def test_three_steps_with_different_data_are_each_averaged(device, set_to_none):
 
 @pytest.mark.probe(promise="no-sync-accumulates", kind="state")
 def test_no_sync_accumulates_locally_then_one_sync_averages(device):
-    model = DataParallel(make_net(device), bucket_cap_mb=cap_mb(1024))
+    model = dp(make_net(device), bucket_cap_mb=cap_mb(1024))
     template = float64_copy(model.module)
     first, second = make_batch(20, rank()), make_batch(21, rank())
     with model.no_sync():
@@ -54,7 +54,7 @@ def test_no_sync_accumulates_locally_then_one_sync_averages(device):
 
 @pytest.mark.probe(promise="no-sync-accumulates", kind="state")
 def test_no_sync_is_reentrant_and_restores_syncing(device):
-    model = DataParallel(make_net(device), bucket_cap_mb=cap_mb(1024))
+    model = dp(make_net(device), bucket_cap_mb=cap_mb(1024))
     template = float64_copy(model.module)
     with model.no_sync():
         with model.no_sync():
