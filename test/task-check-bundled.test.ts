@@ -52,7 +52,7 @@ describe("task check grad-bucketing through the CLI (a seeded sample of mutants)
   let report: CheckReport;
   let exitCode: number | undefined;
   beforeAll(async () => {
-    const r = await execa("node", [CLI, "task", "check", "grad-bucketing", "--mutants", "8", "--seed", "3", "--json", "--out", join(root, "check"), "--calibration-dir", join(root, "cal")], { reject: false, timeout: 2_400_000 });
+    const r = await execa("node", [CLI, "task", "check", "grad-bucketing", "--mutants", "8", "--seed", "3", "--jobs", "2", "--json", "--out", join(root, "check"), "--calibration-dir", join(root, "cal")], { reject: false, timeout: 2_400_000 });
     exitCode = r.exitCode;
     report = JSON.parse(r.stdout) as CheckReport;
   }, 2_400_000);
