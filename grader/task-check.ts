@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 
 import { join } from "node:path";
 import { displayPath, type GraderTask } from "../tasks/loader.js";
 import { calibrate } from "./calibrate.js";
-import { taskContentHash, writeJsonAtomic } from "./files.js";
+import { sha256, taskContentHash, writeJsonAtomic } from "./files.js";
 import { hardwareFingerprint } from "./fingerprint.js";
 import { gradedWorldSizes } from "./sessions.js";
 import { gradeSubmission } from "./grade.js";
@@ -323,7 +323,21 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   }
   if (!goldProbes.length) add("error", "gold", "gold ran no probe case");
 
+  // Two grades of the same bytes share one artifact folder (it is named by the patch's hash): run
+  // them one after the other (the second reuses the first's result), never at once.
+  const inFlight = new Map<string, Promise<unknown>>();
   const grade = async (name: string, patchFile: string | null, outDir: string, extra: { baseAsIs?: boolean; stopEarly?: boolean } = {}) => {
+    const key = `${outDir}\0${extra.baseAsIs ? "base" : patchFile === null ? "missing" : sha256(readFileSync(patchFile))}`;
+    while (inFlight.has(key)) await inFlight.get(key)!.catch(() => {});
+    const run = gradeOnce(name, patchFile, outDir, extra);
+    inFlight.set(key, run);
+    try {
+      return await run;
+    } finally {
+      inFlight.delete(key);
+    }
+  };
+  const gradeOnce = async (name: string, patchFile: string | null, outDir: string, extra: { baseAsIs?: boolean; stopEarly?: boolean }) => {
     const out = await gradeSubmission({ task, patchFile, outDir, sandboxFactory: opts.sandboxFactory, calibration: cal, fingerprint, taskHash, worldSizes, onProgress: (m) => say(`${name}: ${m}`), ...extra });
     return out;
   };
