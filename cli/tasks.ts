@@ -3,6 +3,7 @@ import { loadPublicTask, listTaskIds } from "../tasks/loader.js";
 import { TaskError } from "../tasks/errors.js";
 import { taskPython, taskRunnableHere } from "../tasks/runnable.js";
 import { registerTaskCheckCommands } from "./task-check.js";
+import { formatTable } from "../lib/text-table.js";
 
 export interface TaskRow {
   id: string;
@@ -42,11 +43,7 @@ export function taskRows(tasksRoot?: string): TaskRow[] {
   });
 }
 
-export function formatTable(header: string[], rows: string[][]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
-  return [line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n");
-}
+export { formatTable };
 
 export function registerTasksCommands(program: Command): void {
   const tasks = program.command("tasks").alias("task").description("list, inspect and check tasks (`task` is the same command)");

@@ -1,5 +1,6 @@
 import type { CheckReport, Finding, MutantRow, SubmissionRow } from "./task-check.js";
 import { wrapText } from "./demo.js";
+import { formatTable } from "../lib/text-table.js";
 
 /** `task check`'s report as text (the terminal) and as one self-contained HTML page. */
 
@@ -13,11 +14,6 @@ function cell(s: { resolved: boolean | null; resolved_strict: boolean | null }):
   return s.resolved === s.resolved_strict ? yn(s.resolved) : `${yn(s.resolved)} (strict ${yn(s.resolved_strict)})`;
 }
 
-function table(header: string[], rows: string[][]): string[] {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
-  return [line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)];
-}
 
 const LEVEL_TAG: Record<Finding["level"], string> = { error: "FAIL", warning: "warn", info: "info" };
 
@@ -37,10 +33,12 @@ export function checkText(r: CheckReport): string {
   out.push("");
   out.push("controls and adversaries:");
   out.push(
-    ...table(
+    ...formatTable(
       ["submission", "status", "Set A", "Set B", "s_p B", "ok"],
       r.submissions.map((s) => [`${s.kind === "adversarial" || s.kind === "alternative" ? `${s.kind}/` : ""}${s.name}`, s.status, cell(s.set_a), cell(s.set_b), s.set_b.score === null ? "n/a" : s.set_b.score.toFixed(3), s.ok ? "ok" : "NO"]),
-    ).map((l) => `  ${l}`),
+    )
+      .split("\n")
+      .map((l) => `  ${l}`),
   );
   for (const s of r.submissions.filter((x) => !x.ok)) out.push(...wrapText(`${s.name}: ${s.why}`, WIDTH, "    ! "));
   if (r.mutants) {
