@@ -233,7 +233,6 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   const say = (m: string) => opts.onProgress?.(m);
   const findings: Finding[] = [];
   const add = (level: FindingLevel, area: string, message: string) => findings.push({ level, area, message });
-  const rel = displayPath;
   const scratch = join(opts.outDir, "work");
   mkdirSync(scratch, { recursive: true });
   const spec = task.fullSpec;
@@ -241,7 +240,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
 
   // ---- static: promises, markers, breaks -------------------------------------------------------
   const promises = task.hidden.promises;
-  if (!promises) add("error", "promises", `${rel(join(task.taskDir, spec.hidden.dir))}/promises.yaml: missing: list the task's promises (id, one line, the prompt.md fragment it comes from); every probe marker and adversarial \`breaks\` must name one`);
+  if (!promises) add("error", "promises", `${displayPath(join(task.taskDir, spec.hidden.dir))}/promises.yaml: missing: list the task's promises (id, one line, the prompt.md fragment it comes from); every probe marker and adversarial \`breaks\` must name one`);
   let markers: MarkerScan = { probes: [], problems: [] };
   try {
     markers = scanProbeMarkers(task, { python: opts.hostPython });
@@ -265,10 +264,10 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     add(
       "error",
       "traps",
-      `the post-PR tests (${rel(task.hidden.testsDir)}) replace the whole test folder and drop ${dropped.length} file(s) the base has: ${dropped.join(", ")} — copy them into ${rel(task.hidden.testsDir)}/ to keep them, or, if the PR deletes them, list them (one per line) in ${spec.hidden.dir}/removed_tests.txt`,
+      `the post-PR tests (${displayPath(task.hidden.testsDir)}) replace the whole test folder and drop ${dropped.length} file(s) the base has: ${dropped.join(", ")} — copy them into ${displayPath(task.hidden.testsDir)}/ to keep them, or, if the PR deletes them, list them (one per line) in ${spec.hidden.dir}/removed_tests.txt`,
     );
   }
-  if (!task.hidden.hollowPatch) add("warning", "hollow", `no ${spec.hidden.hollow_patch}: the check grades a hollow patch generated from the golden patch instead (keep it: infradev task hollow ${task.id} > ${rel(join(task.taskDir, spec.hidden.hollow_patch))})`);
+  if (!task.hidden.hollowPatch) add("warning", "hollow", `no ${spec.hidden.hollow_patch}: the check grades a hollow patch generated from the golden patch instead (keep it: infradev task hollow ${task.id} > ${displayPath(join(task.taskDir, spec.hidden.hollow_patch))})`);
 
   // ---- static analysis of golden vs base (one pair of trees for every analysis) ----------------
   let contract: CheckReport["contract"] = [];
