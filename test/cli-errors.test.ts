@@ -27,6 +27,10 @@ describe("infradev CLI errors", () => {
       [["connect", "opencode", "--task", "grad-bucketing", "--http", "--port", "99999"], 'infradev: connect: --port must be a fixed port from 1 to 65535 (got "99999"); the config names it'],
       [["demo", "--task", "nope", "--out", join(tmp, "demo")], 'infradev: demo: unknown task "nope" in'],
       [["tasks", "show", "nope"], 'infradev: task: unknown task "nope"'],
+      [["task", "check", "grad-bucketing", "--mutants", "-1"], 'infradev: --mutants: expected an integer ≥ 0, got "-1"'],
+      [["task", "check", "grad-bucketing", "--min-mutation-score", "2"], 'infradev: --min-mutation-score: expected a number in [0, 1], got "2"'],
+      [["task", "check", "grad-bucketing", "--jobs", "0"], 'infradev: --jobs: expected an integer ≥ 1, got "0"'],
+      [["task", "check", "grad-bucketing", "--time-limit", "x"], 'infradev: --time-limit: expected minutes > 0, got "x"'],
     ];
     for (const [args, message] of cases) {
       const r = run(args);
