@@ -196,6 +196,35 @@ describe("harness faults and folders in progress", () => {
     expect(d.skipped.map((s) => s.run)).toEqual(["tiny-mean--alpha--r9"]);
   });
 
+  it("a grade.json that is not a grade leaves its run not graded, with the reason in the runs table", () => {
+    const dir = join(tmp, "torn");
+    cpSync(FIXTURE, dir, { recursive: true });
+    writeFileSync(join(dir, "runs", "tiny-mean--beta--r3", "grade.json"), '{"status": "graded"');
+    const d = computeReport(loadCampaign(dir));
+    const r = d.runs.find((x) => x.run_id === "tiny-mean--beta--r3")!;
+    expect([r.status, r.scored]).toEqual(["not_graded", false]);
+    expect(r.grade_problem).toMatch(/^grade\.json unreadable/);
+    const b = d.table2.find((x) => x.agent === "beta")!;
+    expect([b.not_graded, b.n, b.resolved.k]).toEqual([2, 3, 0]);
+    expect(renderText(d)).toMatch(/tiny-mean--beta--r3 .*not graded \(grade\.json unreadable/);
+  });
+
+  it("Table 3 splits by the category each run.json names", () => {
+    const dir = join(tmp, "categories");
+    cpSync(FIXTURE, dir, { recursive: true });
+    for (const id of ["check-mean--alpha--r1", "check-mean--beta--r1", "check-mean--beta--r2"]) {
+      const f = join(dir, "runs", id, "run.json");
+      writeFileSync(f, JSON.stringify({ ...(JSON.parse(readFileSync(f, "utf8")) as RunRecord), category: "inference" }));
+    }
+    const d = computeReport(loadCampaign(dir));
+    const alpha = d.table3.rows.find((r) => r.agent === "alpha")!.by_category;
+    const beta = d.table3.rows.find((r) => r.agent === "beta")!.by_category;
+    // alpha: tiny-mean 1 of 3 resolved (golden), check-mean 1 of 1; beta: tiny-mean 1 of 3, check-mean 0 of 1 scored
+    expect([alpha.training, alpha.inference]).toEqual([rate(1, 3), rate(1, 1)]);
+    expect([beta.training, beta.inference]).toEqual([rate(1, 3), rate(0, 1)]);
+    expect(d.table3.categories).toEqual(["training", "inference", "rl"]);
+  });
+
   it("a patch.diff that is a symbolic link is not read through", () => {
     const dir = join(tmp, "linked");
     cpSync(FIXTURE, dir, { recursive: true });

@@ -45,6 +45,8 @@ export interface ScoredRun {
   wall_s: number;
   /** Failure labels and zero statuses this submission has (each once). */
   error_types: string[];
+  /** Why a grade.json beside it was not used (then status is not_graded). */
+  grade_problem?: string;
 }
 
 export interface TokenSummary { total: number; mean: number | null; runs_reporting: number }
@@ -113,7 +115,7 @@ export function scoreRun(run: LoadedRun): ScoredRun {
   const r = run.record;
   const g = run.grade;
   const base = { run_id: r.run_id, agent: r.agent, task_id: r.task_id, category: r.category, repeat: r.repeat, wall_s: r.wall_s };
-  if (!g) return { ...base, status: "not_graded", scored: false, score: null, resolved: null, resolved_strict: null, resolved_set_a: null, error_types: [] };
+  if (!g) return { ...base, status: "not_graded", scored: false, score: null, resolved: null, resolved_strict: null, resolved_set_a: null, error_types: [], ...(run.gradeProblem ? { grade_problem: run.gradeProblem } : {}) };
   if (g.status === "harness_fault") return { ...base, status: g.status, scored: false, score: null, resolved: null, resolved_strict: null, resolved_set_a: null, error_types: [] };
   const zero = ZERO_STATUSES.has(g.status);
   const labels = new Set<string>(g.cases.flatMap((c) => (c.label ? [c.label] : [])));

@@ -31,7 +31,8 @@ export function minutes(m: Mean): string {
 }
 
 export function usd(v: number | null): string {
-  return v === null ? DASH : `$${v.toFixed(v < 1 ? 4 : 2)}`;
+  // Cents once a figure reaches a dime; below that the digits that are not all zeros.
+  return v === null ? DASH : `$${v.toFixed(v >= 0.1 || v === 0 ? 2 : 4)}`;
 }
 
 /** A section: a title, a note, a header and rows; rendered as text, Markdown or HTML. */
@@ -143,7 +144,7 @@ export function sections(d: ReportData): Section[] {
       r.agent,
       r.task_id,
       r.category,
-      r.status === "harness_fault" ? "harness_fault (excluded)" : r.status === "not_graded" ? "not graded" : r.status,
+      r.status === "harness_fault" ? "harness_fault (excluded)" : r.status === "not_graded" ? `not graded${r.grade_problem ? ` (${r.grade_problem})` : ""}` : r.status,
       r.resolved_set_a === null ? DASH : r.resolved_set_a ? "resolved" : "no",
       r.resolved === null ? DASH : r.resolved ? "resolved" : "no",
       num(r.score, 3),

@@ -19,8 +19,10 @@ const MAX_TRACE_BYTES = 32 * 1024 * 1024;
 export interface LoadedRun {
   dir: string;
   record: RunRecord;
-  /** null: not graded (no grade.json yet). */
+  /** null: not graded (no grade.json yet, or one that is not a grade: see gradeProblem). */
   grade: GradeResult | null;
+  /** Why a grade.json that exists was not used. */
+  gradeProblem: string | null;
   /** The submission's text; null when there is no patch.diff. */
   patch: string | null;
   /** `paths` of every pytest_run call in trace.jsonl (the tests the agent ran through our server). */
@@ -44,6 +46,11 @@ function readJson<T>(file: string): T {
 function isRunRecord(v: unknown): v is RunRecord {
   const r = v as Partial<RunRecord> | null;
   return !!r && typeof r === "object" && r.schema_version === 1 && typeof r.run_id === "string" && typeof r.task_id === "string" && typeof r.agent === "string";
+}
+
+function isGradeResult(v: unknown): v is GradeResult {
+  const g = v as Partial<GradeResult> | null;
+  return !!g && typeof g === "object" && typeof g.status === "string" && !!g.official && !!g.with_probes && Array.isArray(g.cases);
 }
 
 function pytestRunsOf(traceText: string): string[][] {
@@ -87,12 +94,22 @@ export function loadCampaign(dirArg: string): LoadedCampaign {
     try {
       const record = readJson<unknown>(recordFile);
       if (!isRunRecord(record)) throw new Error("not a run record (schema_version 1 with run_id, task_id, agent)");
-      const grade = existsSync(join(runDir, GRADE_FILE)) ? readJson<GradeResult>(join(runDir, GRADE_FILE)) : null;
+      let grade: GradeResult | null = null;
+      let gradeProblem: string | null = null;
+      if (existsSync(join(runDir, GRADE_FILE))) {
+        try {
+          const g = readJson<unknown>(join(runDir, GRADE_FILE));
+          if (isGradeResult(g)) grade = g;
+          else gradeProblem = "grade.json is not a grade result (status, official, with_probes, cases)";
+        } catch (e) {
+          gradeProblem = `grade.json unreadable: ${(e as Error).message}`;
+        }
+      }
       const patchFile = join(runDir, PATCH_FILE);
       const patch = existsSync(patchFile) ? readRegularText(patchFile, MAX_PATCH_BYTES).text : null;
       const traceFile = join(runDir, TRACE_FILE);
       const pytestRuns = existsSync(traceFile) ? pytestRunsOf(readRegularText(traceFile, MAX_TRACE_BYTES).text) : [];
-      runs.push({ dir: runDir, record, grade, patch, pytestRuns });
+      runs.push({ dir: runDir, record, grade, gradeProblem, patch, pytestRuns });
     } catch (e) {
       skipped.push({ run: name, why: (e as Error).message });
     }
