@@ -86,6 +86,8 @@ describe("report HTML in headless Chromium", () => {
       // Figure 2 Set A and Set B × two agents; Figure 4 five failure types, each met by one agent only;
       // Figure 6 alpha's assertions fall in all five classes, beta's in three.
       expect(Object.fromEntries(charts.map((c) => [c.id, c.marks]))).toEqual({ "chart-table2": 6, "chart-figure2": 4, "chart-figure4": 5, "chart-figure6": 8 });
+      // Figure 2's labels carry the SE: alpha's Set A is 3 of 4, sqrt(0.75 · 0.25 / 4) = 21.7 points.
+      expect(charts.find((c) => c.id === "chart-figure2")!.text).toContain("75 ± 21.7");
       expect(consoleErrors).toEqual([]);
       expect(requests).toEqual([]);
     } finally {

@@ -28,8 +28,12 @@ async function render(option: EChartsOption, height: number): Promise<string> {
 }
 
 const pctOf = (p: number | null) => (p === null ? 0 : Math.round(1000 * p) / 10);
+const withSe = (p: number | null, se: number | null): Bar => ({ value: pctOf(p), se: se === null ? null : pctOf(se) });
 
-function barOption(categories: string[], series: Array<{ name: string; data: number[]; stack?: string }>, yName: string, horizontal = false): EChartsOption {
+/** A bar's value, and its standard error in the same unit when it has one (shown in its label). */
+interface Bar { value: number; se?: number | null }
+
+function barOption(categories: string[], series: Array<{ name: string; data: Array<number | Bar>; stack?: string }>, yName: string, horizontal = false): EChartsOption {
   const cat = { type: "category", data: categories, axisLabel: { interval: 0 } };
   const val = { type: "value", name: yName, nameLocation: "middle", nameGap: 36, minInterval: 1 };
   return {
@@ -38,7 +42,17 @@ function barOption(categories: string[], series: Array<{ name: string; data: num
     xAxis: horizontal ? val : cat,
     // A horizontal chart lists its categories top to bottom, in the table's order.
     yAxis: horizontal ? { ...cat, inverse: true } : val,
-    series: series.map((s) => ({ type: "bar", name: s.name, data: s.data, stack: s.stack, label: { show: !s.stack, position: horizontal ? "right" : "top" } })),
+    series: series.map((s) => ({
+      type: "bar",
+      name: s.name,
+      data: s.data.map((d) => (typeof d === "number" ? { value: d } : d)),
+      stack: s.stack,
+      label: {
+        show: !s.stack,
+        position: horizontal ? "right" : "top",
+        formatter: (p: { value: number; data: Bar }) => (typeof p.data.se === "number" ? `${p.value} ± ${p.data.se}` : String(p.value)),
+      },
+    })),
   };
 }
 
@@ -47,23 +61,23 @@ export async function renderCharts(d: ReportData): Promise<Chart[]> {
   const charts: Chart[] = [];
   charts.push({
     id: "chart-table2",
-    title: "Table 2: % Resolved and % Passed (Set B) per agent",
+    title: "Table 2: % Resolved and % Passed (Set B) per agent; labels: value ± standard error",
     svg: await render(
       barOption(agents, [
-        { name: "% Resolved", data: d.table2.map((r) => pctOf(r.resolved.p)) },
-        { name: "% Resolved strict", data: d.table2.map((r) => pctOf(r.resolved_strict.p)) },
-        { name: "% Passed", data: d.table2.map((r) => pctOf(r.passed.mean)) },
+        { name: "% Resolved", data: d.table2.map((r) => withSe(r.resolved.p, r.resolved.se)) },
+        { name: "% Resolved strict", data: d.table2.map((r) => withSe(r.resolved_strict.p, r.resolved_strict.se)) },
+        { name: "% Passed", data: d.table2.map((r) => withSe(r.passed.mean, r.passed.se)) },
       ], "%"),
       320,
     ),
   });
   charts.push({
     id: "chart-figure2",
-    title: "Figure 2: % Resolved with the official tests (Set A) and with the probes (Set B)",
+    title: "Figure 2: % Resolved with the official tests (Set A) and with the probes (Set B); labels: value ± standard error",
     svg: await render(
       barOption(agents, [
-        { name: "Set A (official)", data: d.table4.rows.map((r) => pctOf(r.set_a.p)) },
-        { name: "Set B (with probes)", data: d.table4.rows.map((r) => pctOf(r.set_b.p)) },
+        { name: "Set A (official)", data: d.table4.rows.map((r) => withSe(r.set_a.p, r.set_a.se)) },
+        { name: "Set B (with probes)", data: d.table4.rows.map((r) => withSe(r.set_b.p, r.set_b.se)) },
       ], "% Resolved"),
       320,
     ),
