@@ -55,7 +55,7 @@ function newestMtime(dir: string): number {
 export function ensureBuilt(): string {
   const root = packageRoot();
   const cli = join(root, "dist", "cli", "main.js");
-  const sources = ["cli", "server", "tools", "sandbox", "tasks", "lib", "grader"].map((d) => join(root, d)).filter(existsSync);
+  const sources = ["cli", "server", "tools", "sandbox", "tasks", "lib", "grader", "campaign"].map((d) => join(root, d)).filter(existsSync);
   const stale = !existsSync(cli) || Math.max(...sources.map(newestMtime)) > statSync(cli).mtimeMs;
   if (stale || process.env.INFRADEV_E2E_BUILD === "1") execFileSync("npm", ["run", "--silent", "build"], { cwd: root, stdio: "inherit" });
   return cli;
