@@ -90,24 +90,28 @@ export function prepareCodex(setup: HarnessSetup, serverTable: string): Prepared
       "--",
       prompt,
     ],
-    fold: foldCodexEvent,
+    fold: codexEventFolder(),
   };
 }
 
 /**
- * Codex's events: `thread.started` names the session; `turn.completed.usage` holds one turn's tokens
- * (input includes the cached part; output includes reasoning, as the Responses API counts them).
+ * Codex's events: `thread.started` names the session; `turn.completed.usage` holds the thread's
+ * tokens so far — cumulative: a resumed thread's first turn reports the earlier attempts' tokens
+ * too (seen with 0.169), so each thread's latest usage replaces the one before and threads add up.
+ * Input includes the cached part and output includes reasoning, as the Responses API counts them.
  * Model requests: every completed item the model produced (a message or a tool call) came from one.
  */
-export function foldCodexEvent(t: EventTally, e: Record<string, any>): void {
-  if (e.type === "thread.started" && typeof e.thread_id === "string") t.sessionId = e.thread_id;
-  if (e.type === "turn.completed" && e.usage && typeof e.usage === "object") {
-    t.tokens.input = add(t.tokens.input, e.usage.input_tokens);
-    t.tokens.cached_input = add(t.tokens.cached_input, e.usage.cached_input_tokens);
-    t.tokens.output = add(t.tokens.output, e.usage.output_tokens);
-    t.tokens.reasoning = add(t.tokens.reasoning, e.usage.reasoning_output_tokens);
-  }
-  if (e.type === "item.completed" && e.item && MODEL_ITEMS.has(e.item.type)) t.turns = (t.turns ?? 0) + 1;
+export function codexEventFolder(): (t: EventTally, e: Record<string, any>) => void {
+  const byThread = new Map<string, Record<string, unknown>>();
+  let thread = "";
+  return (t, e) => {
+    if (e.type === "thread.started" && typeof e.thread_id === "string") t.sessionId = thread = e.thread_id;
+    if (e.type === "item.completed" && e.item && MODEL_ITEMS.has(e.item.type)) t.turns = (t.turns ?? 0) + 1;
+    if (e.type !== "turn.completed" || !e.usage || typeof e.usage !== "object") return;
+    byThread.set(thread, e.usage as Record<string, unknown>);
+    const sum = (k: string) => [...byThread.values()].reduce<number | null>((acc, u) => add(acc, u[k]), null);
+    t.tokens = { input: sum("input_tokens"), cached_input: sum("cached_input_tokens"), output: sum("output_tokens"), reasoning: sum("reasoning_output_tokens") };
+  };
 }
 
 const MODEL_ITEMS = new Set(["agent_message", "mcp_tool_call", "command_execution", "file_change", "web_search"]);
