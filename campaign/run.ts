@@ -11,13 +11,15 @@
  * alone → grade only; neither → a fresh start (a killed attempt's leftovers are cleared).
  */
 import { spawn } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync, appendFileSync } from "node:fs";
+import { appendFileSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { packageRoot } from "../lib/paths.js";
+import { join, relative, resolve } from "node:path";
+import { UsageError } from "../lib/errors.js";
+import { bundledTasksDir, packageRoot } from "../lib/paths.js";
+import { SYSTEM_DIRS } from "../sandbox/local-mounts.js";
 import { createBaseCheckout } from "../server/base-checkout.js";
 import { openRun } from "../server/run-dir.js";
-import { loadGraderTask, loadPublicTask } from "../tasks/loader.js";
+import { loadGraderTask, loadPublicTask, resolveTaskDir } from "../tasks/loader.js";
 import type { ConnectOptions } from "../cli/connect.js";
 import { exportPublicTask } from "./export.js";
 import { runAttempt, type AttemptResult } from "./harness/attempt.js";
@@ -140,6 +142,24 @@ async function gradeRun(o: RunOptions, out: string, record: RunRecord): Promise<
   return null;
 }
 
+const inside = (parent: string, child: string) => {
+  const rel = relative(parent, child);
+  return rel === "" || (!rel.startsWith("..") && !rel.startsWith("/"));
+};
+
+/**
+ * The server runs on the export and hides only the export; the real task folder stays unseen by
+ * the local sandbox because that binds the system folders alone (/usr, /etc, …). A task folder
+ * under one of them (other than the package's own tasks, which every sandbox masks) would be
+ * readable through run_shell, hidden part included: refused.
+ */
+export function checkTaskFolderUnseen(taskRef: string, tasksDir: string | undefined): void {
+  const real = realpathSync(resolveTaskDir(taskRef, tasksDir ?? bundledTasksDir()));
+  if (inside(realpathSync(bundledTasksDir()), real)) return;
+  const system = SYSTEM_DIRS.find((d) => inside(d, real));
+  if (system) throw new UsageError(`run: the task folder ${real} lies under ${system}, which the sandbox binds read-only: the agent could read its hidden part; copy the tasks folder elsewhere (e.g. under your home) and pass --tasks-dir`);
+}
+
 export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
   const out = resolve(o.out);
   mkdirSync(out, { recursive: true });
@@ -152,6 +172,8 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
   clearLeftovers(out);
 
   const publicTask = loadPublicTask(o.task, o.tasksDir);
+  checkTaskFolderUnseen(o.task, o.tasksDir);
+  if (o.sandbox === "none") o.onProgress?.("--sandbox none: the agent's commands run as plain processes on this host; NOTHING is isolated, the task's hidden part included");
   const id = makeRunId(publicTask.id, o.name, o.repeat);
   const startedAt = new Date();
   const deadline = startedAt.getTime() + o.timeLimitMin * 60_000;

@@ -28,8 +28,8 @@ export function codexEntry(): string | null {
 
 const toml = (s: string) => JSON.stringify(s);
 
-/** Codex features that would give the model a way around our server (its shell, the web, helpers). */
-const FEATURES_OFF = ["shell_tool", "unified_exec", "multi_agent", "goals", "apps", "plugins", "image_generation", "browser_use", "computer_use", "memories"];
+/** Codex features that would give the model a way around our server (its shell, the web, host files as images, helpers). */
+const FEATURES_OFF = ["shell_tool", "unified_exec", "multi_agent", "goals", "apps", "plugins", "image_generation", "browser_use", "computer_use", "memories", "view_image"];
 
 /** `[mcp_servers.infradev]` of connect's codexConfig, its args extended (the run's --resume and --python). */
 export function codexServerTable(connect: ConnectOptions, runTimeoutSec: number, extraArgs: string[]): string {
