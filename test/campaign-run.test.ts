@@ -158,11 +158,18 @@ describe.skipIf(codexEntry() === null || opencodeBinary() === null)("infradev ru
     expect(readFileSync(join(d, "run.json"), "utf8")).toBe(before);
   }, 180_000);
 
-  it("opencode + standin:golden: the same", () => {
+  it("opencode + standin:golden: the same, and offline (no plugin install into its config dir)", () => {
     const d = join(tmp, "opencode-golden");
-    const r = run(["--agent", "opencode", "--model", "standin:golden", "--out", d]);
+    const keep = join(tmp, "kept-opencode");
+    mkdirSync(keep);
+    const r = run(["--agent", "opencode", "--model", "standin:golden", "--out", d], { TMPDIR: keep, INFRADEV_KEEP_RUN_TMP: "1" });
     expect(r.status, r.stderr).toBe(0);
     expectGoldenRun(d, "opencode", "1.18.33");
+    const [runTmp] = readdirSync(keep).filter((n) => n.startsWith("infradev-run-"));
+    const configDir = join(keep, runTmp!, "harness", "home", ".config", "opencode");
+    expect(readdirSync(configDir)).toContain("opencode.json");
+    expect(readdirSync(configDir)).not.toContain("node_modules");
+    expect(existsSync(join(configDir, "skills", "infra-dev", "SKILL.md"))).toBe(true);
   }, 180_000);
 
   it("early-exit: --recoveries 2 re-prompts the same Codex session to submit; --recoveries 0 ends harness_exited, and grades later", () => {
