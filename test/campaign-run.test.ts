@@ -239,11 +239,13 @@ describe.skipIf(codexEntry() === null || opencodeBinary() === null)("infradev ru
       ]),
     );
     const d = join(tmp, "codex-export");
-    const r = run(["--agent", "codex", "--model", `standin:file:${script}`, "--out", d, "--no-grade"], { TMPDIR: keep, INFRADEV_KEEP_RUN_TMP: "1" });
+    const r = run(["--agent", "codex", "--model", `standin:file:${script}`, "--out", d, "--no-grade", "--no-skill"], { TMPDIR: keep, INFRADEV_KEEP_RUN_TMP: "1" });
     expect(r.status, r.stderr).toBe(0);
-    expect(record(d).exit_reason).toBe("submitted");
+    expect(record(d)).toMatchObject({ exit_reason: "submitted", skill: false });
     const [runTmp] = readdirSync(keep).filter((n) => n.startsWith("infradev-run-"));
     const root = join(keep, runTmp!);
+    expect(existsSync(join(root, "harness", "home", ".agents", "skills"))).toBe(false); // --no-skill
+    expect(readFileSync(join(root, "harness", "codex-home", "config.toml"), "utf8")).toMatch(/shell_tool = false/);
     const exported = join(root, "export", "tiny-mean");
     expect(readdirSync(exported).sort()).toEqual(["prompt.md", "repo", "task.yaml"]);
     expect(readFileSync(join(exported, "task.yaml"), "utf8")).not.toMatch(/^(hidden|world_sizes):/m);
