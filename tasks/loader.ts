@@ -3,7 +3,8 @@ import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { bundledTasksDir } from "../lib/paths.js";
 import { TaskError, formatZodIssues } from "./errors.js";
-import { AdversarialIndexSchema, type AdversarialEntry, type TaskSpec, TaskSpecSchema } from "./schema.js";
+import { AdversarialIndexSchema, type AdversarialEntry, type GitSource, type TaskSpec, TaskSpecSchema } from "./schema.js";
+import { deriveGitParts, type DerivedGitParts } from "./snapshot.js";
 import { AlternativesIndexSchema, MutantsFileSchema, PromisesFileSchema, type AlternativeEntry, type EquivalentMutant, type TaskPromise } from "./hidden-schema.js";
 import { yamlLineOf } from "./yaml-lines.js";
 
@@ -17,7 +18,7 @@ import { yamlLineOf } from "./yaml-lines.js";
  *   patches). Only the grader and the task-author tools call it.
  */
 
-export type PublicSpec = Omit<TaskSpec, "hidden" | "world_sizes">;
+export type PublicSpec = Omit<TaskSpec, "hidden" | "world_sizes" | "official_tests">;
 
 export interface PublicTask {
   readonly id: string;
@@ -171,7 +172,8 @@ export function loadPublicTask(idOrPath: string, tasksRoot = bundledTasksDir()):
     source = { kind: "git", url: spec.source.url, base: spec.source.base };
   }
   // world_sizes is the grader's: which world sizes a patch is checked at is not the agent's to read.
-  const { hidden: _hidden, world_sizes: _worldSizes, ...rest } = spec;
+  // official_tests names the post-PR test modules (new files among them): the grader's too.
+  const { hidden: _hidden, world_sizes: _worldSizes, official_tests: _officialTests, ...rest } = spec;
   // The post-PR commit of a git source names where the answer is: not part of the public view.
   const publicSpec = spec.source.kind === "git" ? { ...rest, source: { kind: "git" as const, url: spec.source.url, base: spec.source.base } } : rest;
   return { id: spec.id, spec: publicSpec, prompt, source, label };
@@ -188,8 +190,14 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
     if (kind === "file" ? !st.isFile() : !st.isDirectory()) throw new TaskError(`${pub.label}: hidden.${field}: expected a ${kind}, got "${spec.hidden[field]}"`);
     return realInside(taskDir, p, pub.label, `hidden.${field}`);
   };
-  const goldenPatch = need("golden_patch", "file");
-  const testsDir = need("tests", "dir");
+  // A git source with a merge commit may leave the golden patch and the post-PR tests upstream:
+  // derived from the git cache (tasks/snapshot.ts deriveGitParts), never copied into the task.
+  const derived =
+    spec.source.kind === "git" && spec.source.merge && (!existsSync(resolve(taskDir, spec.hidden.golden_patch)) || !existsSync(resolve(taskDir, spec.hidden.tests)))
+      ? derivedParts(spec, pub.label)
+      : null;
+  const goldenPatch = derived && !existsSync(resolve(taskDir, spec.hidden.golden_patch)) ? derived.goldenPatch : need("golden_patch", "file");
+  const testsDir = derived && !existsSync(resolve(taskDir, spec.hidden.tests)) ? derived.testsDir : need("tests", "dir");
   const probesDir = need("probes", "dir");
   const hollowPath = resolve(taskDir, spec.hidden.hollow_patch);
   const hollowPatch = existsSync(hollowPath) ? realInside(taskDir, hollowPath, pub.label, "hidden.hollow_patch") : null;
@@ -242,6 +250,15 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
       equivalentMutants,
     },
   };
+}
+
+function derivedParts(spec: TaskSpec, label: string): DerivedGitParts {
+  const src = spec.source as GitSource & { merge: string };
+  try {
+    return deriveGitParts({ url: src.url, base: src.base, merge: src.merge }, spec.test_dirs, label);
+  } catch (e) {
+    throw new TaskError(e instanceof Error ? e.message : String(e));
+  }
 }
 
 const normalise = (s: string) => s.replace(/\s+/g, " ").trim();
