@@ -71,7 +71,7 @@ def _assert_buffer_follows(buf, layout, what):
 def test_ddp_uses_optimizer_layout_of_another_dp_size(make_ddp, dp, bucket_size):
     DistributedOptimizer, _, _ = _layouts()
     module = ParamNet(SHAPES, [FP32, BF16, FP32, BF16, FP32, FP32], expert=(4,), shared=(2,), seed=6)
-    ddp_cfg = dict(use_distributed_optimizer=True, overlap_grad_reduce=True, bucket_size=40_000_000)
+    ddp_cfg = dict(use_distributed_optimizer=True, overlap_grad_reduce=True, bucket_size=40_000_000, grad_reduce_in_fp32=True)
     from megatron.core.distributed import DistributedDataParallelConfig
 
     full = DistributedOptimizer.compute_full_param_layout(trainable(module), bucket_size, dp, DistributedDataParallelConfig(**ddp_cfg), expert_data_parallel_world_size=dp)
@@ -90,7 +90,7 @@ def test_ddp_uses_a_hand_made_layout(make_ddp, bucket_every):
     module = ParamNet(SHAPES, None, expert=(1,), shared=(), seed=7)
     from megatron.core.distributed import DistributedDataParallelConfig
 
-    cfg = dict(use_distributed_optimizer=True, overlap_grad_reduce=True, bucket_size=40_000_000)
+    cfg = dict(use_distributed_optimizer=True, overlap_grad_reduce=True, bucket_size=40_000_000, grad_reduce_in_fp32=True)
     full = _gapped(DistributedOptimizer.compute_full_param_layout(trainable(module), None, 1, DistributedDataParallelConfig(**cfg)), PerBufferParamLayout, FullParamLayout, bucket_every=bucket_every)
     ddp = make_ddp(module, full_param_layout=full, **cfg)
     for buf in list(ddp.buffers) + list(ddp.expert_parallel_buffers):
@@ -106,7 +106,7 @@ def test_grads_land_at_layout_offsets(make_ddp, overlap, hand_made):
     from megatron.core.distributed import DistributedDataParallelConfig
 
     module = ParamNet(SHAPES, [FP32, BF16, FP32, FP32, BF16, FP32], expert=(3,), shared=(0,), seed=8)
-    cfg = dict(use_distributed_optimizer=True, overlap_grad_reduce=overlap, bucket_size=40_000_000 if overlap else None)
+    cfg = dict(use_distributed_optimizer=True, overlap_grad_reduce=overlap, bucket_size=40_000_000 if overlap else None, grad_reduce_in_fp32=True)
     full = DistributedOptimizer.compute_full_param_layout(trainable(module), 100 if overlap else None, 3, DistributedDataParallelConfig(**cfg), expert_data_parallel_world_size=3)
     if hand_made:
         full = _gapped(full, PerBufferParamLayout, FullParamLayout, bucket_every=3)
