@@ -19,6 +19,20 @@ cd /tmp/wt
 node dist/cli/main.js tasks cache import "$C/megatron-lm-pr3812.bundle" --url https://github.com/NVIDIA/Megatron-LM.git --shallow 40627d00d96cef74aceab35e0e3c170e900f3aff
 echo "setup $(( $(date +%s) - T0 )) s"
 if [ "${MATRIX:-0}" = 1 ]; then BUNDLE=$C/megatron-lm-pr3812.bundle TASK_DIR=tasks/megatron-param-layout OUT=/tmp/matrix bash bench/gpu_megatron_matrix.sh > "$OUT/matrix.txt" 2>&1; tail -14 "$OUT/matrix.txt"; fi
+# PRECHECK=<probe file>: that probe module alone on golden first; a module gold does not pass is
+# taken out of the task (with its promise, the last entry of promises.yaml) before the check.
+if [ -n "${PRECHECK:-}" ]; then
+  P=/tmp/precheck; rm -rf $P; git init -q --bare $P/m && cp "$INFRADEV_GIT_CACHE"/*.git/shallow $P/m/ && git -C $P/m fetch -q "$C/megatron-lm-pr3812.bundle" 'refs/tags/*:refs/tags/*'
+  git -C $P/m worktree add -q --detach $P/g merge && mkdir -p $P/g/tests/unit_tests/distributed/px && cp tasks/megatron-param-layout/hidden/probes/*.py $P/g/tests/unit_tests/distributed/px/
+  (cd $P/g && timeout 200 torchrun --standalone --nproc_per_node 1 -m pytest -p no:cacheprovider -q -o addopts= tests/unit_tests/distributed/px/$PRECHECK > "$OUT/precheck.txt" 2>&1); rc=$?
+  grep -E "passed|failed|Error" "$OUT/precheck.txt" | tail -8; echo "precheck $PRECHECK on golden: rc=$rc"
+  if [ $rc != 0 ]; then rm tasks/megatron-param-layout/hidden/probes/$PRECHECK; python3 - <<'PY'
+import re
+p = "tasks/megatron-param-layout/hidden/promises.yaml"; s = open(p).read()
+open(p, "w").write(s[: s.rindex("\n- id: ") + 1])
+PY
+  echo "took $PRECHECK and its promise out"; fi
+fi
 M=(); [ -n "${MUTANTS:-}" ] && M=(--mutants "$MUTANTS")
 timeout "${HARD_S:-420}" node dist/cli/main.js task check megatron-param-layout --sandbox none --out /tmp/infradev-check \
   --calibration-dir /tmp/infradev-cal --jobs "${JOBS:-8}" --time-limit "${TIME_LIMIT_MIN:-4}" "${M[@]}" \
