@@ -192,12 +192,15 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
   };
   // A git source with a merge commit may leave the golden patch and the post-PR tests upstream:
   // derived from the git cache (tasks/snapshot.ts deriveGitParts), never copied into the task.
-  const derived =
-    spec.source.kind === "git" && spec.source.merge && (!existsSync(resolve(taskDir, spec.hidden.golden_patch)) || !existsSync(resolve(taskDir, spec.hidden.tests)))
-      ? derivedParts(spec, pub.label)
-      : null;
-  const goldenPatch = derived && !existsSync(resolve(taskDir, spec.hidden.golden_patch)) ? derived.goldenPatch : need("golden_patch", "file");
-  const testsDir = derived && !existsSync(resolve(taskDir, spec.hidden.tests)) ? derived.testsDir : need("tests", "dir");
+  // Derived lazily (on the first read of goldenPatch / testsDir): loading the task to list it, to
+  // see that it cannot run here, or to read its promises needs no git cache.
+  const canDerive = spec.source.kind === "git" && !!spec.source.merge;
+  const deriveGolden = canDerive && !existsSync(resolve(taskDir, spec.hidden.golden_patch));
+  const deriveTests = canDerive && !existsSync(resolve(taskDir, spec.hidden.tests));
+  let derivedOnce: DerivedGitParts | null = null;
+  const derived = () => (derivedOnce ??= derivedParts(spec, pub.label));
+  const goldenPatch = deriveGolden ? "" : need("golden_patch", "file");
+  const testsDir = deriveTests ? "" : need("tests", "dir");
   const probesDir = need("probes", "dir");
   const hollowPath = resolve(taskDir, spec.hidden.hollow_patch);
   const hollowPatch = existsSync(hollowPath) ? realInside(taskDir, hollowPath, pub.label, "hidden.hollow_patch") : null;
@@ -227,17 +230,14 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
   }
   const alternatives = loadAlternatives(taskDir, join(hiddenDir, "alternatives"), hiddenLabel("alternatives/index.yaml"));
   const equivalentMutants = loadEquivalents(join(hiddenDir, "mutants.yaml"), hiddenLabel("mutants.yaml"));
-  // The post-PR tests replace the test dirs: anything else in that tree would be a silent extra.
-  for (const top of readdirSync(testsDir)) {
+  // The post-PR tests replace the test dirs: anything else in that tree would be a silent extra
+  // (a derived tree is merge's test dirs and nothing else).
+  for (const top of deriveTests ? [] : readdirSync(testsDir)) {
     if (!spec.test_dirs.some((d) => d === top || d.split("/")[0] === top)) {
       throw new TaskError(`${pub.label}: hidden.tests: "${top}" is not under any of test_dirs (${spec.test_dirs.join(", ")})`);
     }
   }
-  return {
-    ...pub,
-    taskDir,
-    fullSpec: spec,
-    hidden: {
+  const hidden: HiddenParts = {
       goldenPatch,
       hollowPatch,
       testsDir,
@@ -248,8 +248,10 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
       promisesFile: promises ? hiddenLabel("promises.yaml") : null,
       alternatives,
       equivalentMutants,
-    },
   };
+  if (deriveGolden) Object.defineProperty(hidden, "goldenPatch", { get: () => derived().goldenPatch, enumerable: true });
+  if (deriveTests) Object.defineProperty(hidden, "testsDir", { get: () => derived().testsDir, enumerable: true });
+  return { ...pub, taskDir, fullSpec: spec, hidden };
 }
 
 function derivedParts(spec: TaskSpec, label: string): DerivedGitParts {
