@@ -1,4 +1,7 @@
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
 import type { Command } from "commander";
+import { UsageError } from "../lib/errors.js";
 import { loadPublicTask, listTaskIds } from "../tasks/loader.js";
 import { TaskError } from "../tasks/errors.js";
 import { taskPython, taskRunnableHere } from "../tasks/runnable.js";
@@ -73,6 +76,33 @@ export function registerTasksCommands(program: Command): void {
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
     .action((id: string, opts: { tasksDir?: string }) => {
       process.stdout.write(loadPublicTask(id, opts.tasksDir).prompt);
+    });
+  const cache = tasks.command("cache").description("the git cache of git-sourced tasks (mirrors of upstream repositories; $INFRADEV_GIT_CACHE moves it)");
+  cache
+    .command("import <bundle>")
+    .description("seed the cache's mirror of --url from a git bundle (offline machines, CI): a task whose source is that URL is then built from it")
+    .requiredOption("--url <url>", "the upstream URL the bundle's commits come from, exactly as the task's source.url names it")
+    .option("--shallow <sha>", "the commit the bundle's history is cut at (its first commit): becomes the mirror's shallow boundary")
+    .option("--json", "print JSON")
+    .action(async (bundle: string, opts: { url: string; shallow?: string; json?: boolean }) => {
+      const { importBundle } = await import("../tasks/snapshot.js");
+      if (!existsSync(bundle)) throw new UsageError(`tasks cache import: bundle ${bundle}: no such file`);
+      if (opts.shallow !== undefined && !/^[0-9a-f]{40}$/.test(opts.shallow)) throw new UsageError(`tasks cache import: --shallow: expected a full 40-hex commit sha, got "${opts.shallow}"`);
+      const r = await importBundle(resolve(bundle), opts.url, opts.shallow ? { shallow: opts.shallow } : {});
+      if (opts.json) {
+        process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
+        return;
+      }
+      process.stdout.write(`${r.created ? "created" : "updated"} ${r.mirror} (${opts.url}) from ${bundle}: ${r.refs.length} ref(s)${r.shallow ? `, shallow at ${r.shallow}` : ""}\n`);
+      for (const ref of r.refs) process.stdout.write(`  ${ref}\n`);
+    });
+  cache
+    .command("path")
+    .description("print the folder of the cache's mirror of --url (whether or not it exists)")
+    .requiredOption("--url <url>", "the upstream URL")
+    .action(async (opts: { url: string }) => {
+      const { mirrorDirFor } = await import("../tasks/snapshot.js");
+      process.stdout.write(`${mirrorDirFor(opts.url)}\n`);
     });
   registerTaskCheckCommands(tasks);
 }

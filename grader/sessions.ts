@@ -1,3 +1,4 @@
+import { officialSelection } from "./official-select.js";
 import { createHash } from "node:crypto";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -83,7 +84,7 @@ export interface SessionPlan {
 }
 
 /** Where the install put things, as planning needs it (StagedTests has more). */
-export type SessionLayout = Pick<StagedTests, "officialDirs" | "probeDir" | "canaries">;
+export type SessionLayout = Pick<StagedTests, "officialDirs" | "probeDir" | "canaries"> & { map?: StagedTests["map"] };
 
 /**
  * Per world size × mode an official session (when there are official tests) and a probe session.
@@ -100,7 +101,9 @@ export function planSessions(task: GraderTask, repoDir: string, layout: SessionL
   const probes = layout.probeDir;
   const modes = Object.keys(spec.modes);
   const common = ["--continue-on-collection-errors", ...(opts.pin ?? pytestPinFor(repoDir)).args];
-  const stable = (args: string[]) => args.map((a) => a.split(probes).join(PROBES_DIR));
+  // Installed (random) module and case names, which official_tests puts in the arguments, read back
+  // as real ones: the session key must not change from one install to the next.
+  const stable = (args: string[]) => args.map((a) => (layout.map && spec.official_tests ? unmapText(layout.map, a) : a).split(probes).join(PROBES_DIR));
   const only = (loc: string) => layout.canaries.filter((c) => c.location === loc);
   const worldSizes = [...(opts.worldSizes ?? gradedWorldSizes(spec))].sort((a, b) => a - b);
   const carry = namesCarryWorldSize(spec, worldSizes);
@@ -118,7 +121,13 @@ export function planSessions(task: GraderTask, repoDir: string, layout: SessionL
   });
   const each = (make: (mode: string, ranks: number) => SessionPlan[]) => worldSizes.flatMap((ranks) => modes.flatMap((mode) => make(mode, ranks)));
   return [
-    ...each((mode, ranks) => (official.length ? [plan(mode, ranks, "official", official, [`--ignore=${probes}`], only("official"))] : [])),
+    ...each((mode, ranks) => {
+      if (!official.length) return [];
+      // task.yaml official_tests: the selected modules and the left-out cases, in installed names.
+      const sel = spec.official_tests ? officialSelection(spec, layout.map ?? { files: {}, markers: {} }) : null;
+      const paths = sel && sel.paths.length ? sel.paths : official;
+      return [plan(mode, ranks, "official", paths, [`--ignore=${probes}`, ...(sel?.options ?? [])], only("official").filter((c) => !sel || sel.canaries(c)))];
+    }),
     ...each((mode, ranks) => [plan(mode, ranks, "probe", [probes], [], only("probe"))]),
   ];
 }

@@ -1,4 +1,5 @@
 import { availableParallelism } from "node:os";
+import { mirrorListFiles } from "../tasks/snapshot.js";
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { displayPath, type GraderTask } from "../tasks/loader.js";
@@ -185,9 +186,15 @@ function failingVsGold(result: GradeResult, cal: Calibration): FailingCases {
   return failingCases(result, (id) => promise.get(id) ?? null);
 }
 
-/** Base test files under test_dirs that the post-PR tests do not have (dir sources). */
-function droppedTestFiles(task: GraderTask): string[] {
-  if (task.source.kind !== "dir") return [];
+/**
+ * Base test files under test_dirs that the post-PR tests do not have. A git source's base is listed
+ * from the cache's mirror (base's tree), a dir source's from its folder.
+ */
+export function droppedTestFiles(task: GraderTask): string[] {
+  if (task.source.kind === "git") {
+    const base = mirrorListFiles(task.source.url, task.source.base, task.fullSpec.test_dirs.map((d) => d.replace(/\/+$/, "")));
+    return base.filter((f) => !existsSync(join(task.hidden.testsDir, f)));
+  }
   const base = task.source.dir;
   const out: string[] = [];
   const walk = (root: string, rel: string) => {

@@ -3,7 +3,8 @@ import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { bundledTasksDir } from "../lib/paths.js";
 import { TaskError, formatZodIssues } from "./errors.js";
-import { AdversarialIndexSchema, type AdversarialEntry, type TaskSpec, TaskSpecSchema } from "./schema.js";
+import { AdversarialIndexSchema, type AdversarialEntry, type GitSource, type TaskSpec, TaskSpecSchema } from "./schema.js";
+import { deriveGitParts, type DerivedGitParts } from "./snapshot.js";
 import { AlternativesIndexSchema, MutantsFileSchema, PromisesFileSchema, type AlternativeEntry, type EquivalentMutant, type TaskPromise } from "./hidden-schema.js";
 import { yamlLineOf } from "./yaml-lines.js";
 
@@ -17,7 +18,7 @@ import { yamlLineOf } from "./yaml-lines.js";
  *   patches). Only the grader and the task-author tools call it.
  */
 
-export type PublicSpec = Omit<TaskSpec, "hidden" | "world_sizes">;
+export type PublicSpec = Omit<TaskSpec, "hidden" | "world_sizes" | "official_tests">;
 
 export interface PublicTask {
   readonly id: string;
@@ -171,7 +172,8 @@ export function loadPublicTask(idOrPath: string, tasksRoot = bundledTasksDir()):
     source = { kind: "git", url: spec.source.url, base: spec.source.base };
   }
   // world_sizes is the grader's: which world sizes a patch is checked at is not the agent's to read.
-  const { hidden: _hidden, world_sizes: _worldSizes, ...rest } = spec;
+  // official_tests names the post-PR test modules (new files among them): the grader's too.
+  const { hidden: _hidden, world_sizes: _worldSizes, official_tests: _officialTests, ...rest } = spec;
   // The post-PR commit of a git source names where the answer is: not part of the public view.
   const publicSpec = spec.source.kind === "git" ? { ...rest, source: { kind: "git" as const, url: spec.source.url, base: spec.source.base } } : rest;
   return { id: spec.id, spec: publicSpec, prompt, source, label };
@@ -188,8 +190,17 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
     if (kind === "file" ? !st.isFile() : !st.isDirectory()) throw new TaskError(`${pub.label}: hidden.${field}: expected a ${kind}, got "${spec.hidden[field]}"`);
     return realInside(taskDir, p, pub.label, `hidden.${field}`);
   };
-  const goldenPatch = need("golden_patch", "file");
-  const testsDir = need("tests", "dir");
+  // A git source with a merge commit may leave the golden patch and the post-PR tests upstream:
+  // derived from the git cache (tasks/snapshot.ts deriveGitParts), never copied into the task.
+  // Derived lazily (on the first read of goldenPatch / testsDir): loading the task to list it, to
+  // see that it cannot run here, or to read its promises needs no git cache.
+  const canDerive = spec.source.kind === "git" && !!spec.source.merge;
+  const deriveGolden = canDerive && !existsSync(resolve(taskDir, spec.hidden.golden_patch));
+  const deriveTests = canDerive && !existsSync(resolve(taskDir, spec.hidden.tests));
+  let derivedOnce: DerivedGitParts | null = null;
+  const derived = () => (derivedOnce ??= derivedParts(spec, pub.label));
+  const goldenPatch = deriveGolden ? "" : need("golden_patch", "file");
+  const testsDir = deriveTests ? "" : need("tests", "dir");
   const probesDir = need("probes", "dir");
   const hollowPath = resolve(taskDir, spec.hidden.hollow_patch);
   const hollowPatch = existsSync(hollowPath) ? realInside(taskDir, hollowPath, pub.label, "hidden.hollow_patch") : null;
@@ -219,17 +230,14 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
   }
   const alternatives = loadAlternatives(taskDir, join(hiddenDir, "alternatives"), hiddenLabel("alternatives/index.yaml"));
   const equivalentMutants = loadEquivalents(join(hiddenDir, "mutants.yaml"), hiddenLabel("mutants.yaml"));
-  // The post-PR tests replace the test dirs: anything else in that tree would be a silent extra.
-  for (const top of readdirSync(testsDir)) {
+  // The post-PR tests replace the test dirs: anything else in that tree would be a silent extra
+  // (a derived tree is merge's test dirs and nothing else).
+  for (const top of deriveTests ? [] : readdirSync(testsDir)) {
     if (!spec.test_dirs.some((d) => d === top || d.split("/")[0] === top)) {
       throw new TaskError(`${pub.label}: hidden.tests: "${top}" is not under any of test_dirs (${spec.test_dirs.join(", ")})`);
     }
   }
-  return {
-    ...pub,
-    taskDir,
-    fullSpec: spec,
-    hidden: {
+  const hidden: HiddenParts = {
       goldenPatch,
       hollowPatch,
       testsDir,
@@ -240,8 +248,19 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
       promisesFile: promises ? hiddenLabel("promises.yaml") : null,
       alternatives,
       equivalentMutants,
-    },
   };
+  if (deriveGolden) Object.defineProperty(hidden, "goldenPatch", { get: () => derived().goldenPatch, enumerable: true });
+  if (deriveTests) Object.defineProperty(hidden, "testsDir", { get: () => derived().testsDir, enumerable: true });
+  return { ...pub, taskDir, fullSpec: spec, hidden };
+}
+
+function derivedParts(spec: TaskSpec, label: string): DerivedGitParts {
+  const src = spec.source as GitSource & { merge: string };
+  try {
+    return deriveGitParts({ url: src.url, base: src.base, merge: src.merge }, spec.test_dirs, label);
+  } catch (e) {
+    throw new TaskError(e instanceof Error ? e.message : String(e));
+  }
 }
 
 const normalise = (s: string) => s.replace(/\s+/g, " ").trim();

@@ -56,6 +56,24 @@ export const TaskSpecSchema = z.strictObject({
     .min(1)
     .refine((ws) => new Set(ws).size === ws.length, "expected distinct world sizes")
     .optional(),
+  /**
+   * Which of the post-PR test modules the official sessions run (default: every test under
+   * test_dirs), and cases left out with the reason (a case that needs more GPUs than the task has).
+   * Grader-only, as world_sizes is. A real repository's test dirs hold far more than the PR's tests.
+   */
+  official_tests: z
+    .strictObject({
+      paths: z.array(relPath.refine((p) => p.endsWith(".py"), "expected a test module (a .py file)")).min(1).optional(),
+      deselect: z
+        .array(
+          z.strictObject({
+            id: z.string().regex(/^[^:\s]+\.py::\S+$/, "expected a pytest case id <file.py>::<name>[params]"),
+            reason: z.string().min(10, "expected a reason of at least 10 characters"),
+          }),
+        )
+        .default([]),
+    })
+    .optional(),
   timeout_sec: z.number().positive().max(86_400).describe("per test"),
   run_timeout_sec: z.number().positive().max(7 * 86_400).default(1800),
   modes: z.record(z.string().regex(/^[a-z0-9_-]+$/, "expected a mode name of [a-z0-9_-]"), z.record(envVarName, z.string())).default({ default: {} }),

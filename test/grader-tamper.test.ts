@@ -1,9 +1,11 @@
-import { readFileSync, readdirSync } from "node:fs";
-import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { scanPatchForTampering } from "../grader/tamper-scan.js";
-import { bundledTasksDir } from "../lib/paths.js";
+import { bundledTasksDir, packageRoot } from "../lib/paths.js";
 import { listTaskIds, loadGraderTask } from "../tasks/loader.js";
+import { importBundle } from "../tasks/snapshot.js";
 
 const FIXTURES = join(import.meta.dirname, "fixtures", "grader", "tasks");
 
@@ -69,7 +71,17 @@ describe("scanPatchForTampering", () => {
     ]);
   });
 
-  it("finds nothing in any bundled or fixture task's golden, adversarial or hollow patch (no false alarm on real changes)", () => {
+  it("finds nothing in any bundled or fixture task's golden, adversarial or hollow patch (no false alarm on real changes)", async () => {
+    // A git-sourced task's golden patch comes from the git cache: seeded here from the upstream bundle.
+    const cache = mkdtempSync(join(tmpdir(), "infradev-tamper-git-"));
+    const savedCache = process.env.INFRADEV_GIT_CACHE;
+    process.env.INFRADEV_GIT_CACHE = cache;
+    onTestFinished(() => {
+      if (savedCache === undefined) delete process.env.INFRADEV_GIT_CACHE;
+      else process.env.INFRADEV_GIT_CACHE = savedCache;
+      rmSync(cache, { recursive: true, force: true });
+    });
+    await importBundle(resolve(packageRoot(), "..", "shared", "upstream", "megatron-lm-pr3812.bundle"), "https://github.com/NVIDIA/Megatron-LM.git", { shallow: "40627d00d96cef74aceab35e0e3c170e900f3aff" });
     let scanned = 0;
     for (const root of [bundledTasksDir(), FIXTURES]) {
       for (const id of listTaskIds(root)) {
