@@ -7,7 +7,8 @@ import { UsageError } from "../lib/errors.js";
 import { readJsonFile } from "../lib/json.js";
 import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
 import { engineFor } from "./engine.js";
-import { calibrationJob, campaignPaths, cliEntry, driveGroups, gradeBudgetSec, graderFlags, jobRecorder, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
+import { KILL_GRACE_MS } from "./engines/local.js";
+import { calibrationJob, campaignPaths, cliEntry, driveGroups, gradeBudgetSec, graderFlags, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
 import { mergeManifest, readManifest, writeManifest, type GradeManyManifest } from "./manifest.js";
 import { readPredictions, type Prediction } from "./predictions.js";
 import { GRADE_FILE, MANIFEST_FILE, PATCH_FILE, RUN_RECORD_FILE, type RunRecord } from "./types.js";
@@ -128,6 +129,7 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
   const calibrationDir = resolve(opts.calibrationDir ?? join(paths.dir, "calibration"));
   const flags = graderFlags({ tasksDir: opts.tasksDir, calibrationDir, sandbox: opts.sandbox, python: opts.python });
   const cli = cliEntry();
+  if (opts.engine === "local") await reapOrphanJobs(paths, KILL_GRACE_MS + 2000, opts.say);
   const engine = await engineFor(opts.engine, { concurrency: opts.concurrency, onState: jobRecorder(paths, opts.engine) });
   const summary: CampaignSummary = { total: preds.length, reused: 0, finished: 0, errored: [], interrupted: false };
   const groups: WorkGroup[] = [];

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { writeJsonAtomic } from "../grader/files.js";
@@ -70,6 +70,55 @@ export function jobRecorder(paths: CampaignPaths, engineName: string): NonNullab
     };
     writeJsonAtomic(file, rec);
   };
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** A job record's owner (the campaign process) still runs: on this host, by pid. Another host's: unknown, assumed alive. */
+export function ownerAlive(rec: Pick<CampaignJobRecord, "owner">): boolean {
+  if (!rec.owner || rec.owner.host !== hostname()) return true;
+  return alive(rec.owner.pid);
+}
+
+/**
+ * Local jobs of an earlier campaign process that died (SIGKILL, a crash) may still be ending: their
+ * watchdog saw the pipe close and gave them a grace period. Before a resumed campaign starts a run
+ * again in the same folder, wait for those process groups to be gone, and kill what outlasts
+ * `graceMs`. A group is ours only if its leader's command line is the job's (pids are reused).
+ */
+export async function reapOrphanJobs(paths: CampaignPaths, graceMs: number, say: (s: string) => void): Promise<void> {
+  if (!existsSync(paths.jobs)) return;
+  const orphans: number[] = [];
+  for (const f of readdirSync(paths.jobs).filter((n) => n.endsWith(".json"))) {
+    const rec = readJsonFile<CampaignJobRecord>(join(paths.jobs, f));
+    if (!rec || rec.engine !== "local" || rec.state !== "running" || typeof rec.pid !== "number" || ownerAlive(rec)) continue;
+    let cmdline = "";
+    try {
+      cmdline = readFileSync(`/proc/${rec.pid}/cmdline`, "utf8");
+    } catch {
+      continue;
+    }
+    // The watchdog's command line ends with the job's argv.
+    if (cmdline.split("\0").filter(Boolean).slice(-rec.argv.length).join("\0") === rec.argv.join("\0")) orphans.push(rec.pid);
+  }
+  if (!orphans.length) return;
+  say(`waiting for ${orphans.length} job(s) of the interrupted campaign to end`);
+  const end = Date.now() + graceMs;
+  while (orphans.some(alive) && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
+  for (const pid of orphans.filter(alive)) {
+    try {
+      process.kill(-pid, "SIGKILL");
+    } catch {
+      // gone meanwhile
+    }
+  }
 }
 
 /** GPUs a task's jobs hold: a GPU task its largest world size (one GPU per rank), a CPU task none. */
