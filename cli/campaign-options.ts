@@ -30,9 +30,11 @@ function nonEmpty(what: string) {
 }
 
 /** `engines`: the names engineFor knows (campaign/engine.ts ENGINES). */
-export function addCampaignOptions(cmd: Command, engines: string[]): Command {
-  return cmd
-    .requiredOption("--out <campaign>", "the campaign folder (campaign.json, runs/, jobs/, logs/); the same command on it again resumes", nonEmpty("a folder"))
+export function addCampaignOptions(cmd: Command, engines: string[], opts: { outRequiredByCommander?: boolean } = { outRequiredByCommander: true }): Command {
+  const out = "--out <campaign>";
+  const outHelp = "the campaign folder (campaign.json, runs/, jobs/, logs/); the same command on it again resumes (required)";
+  // A command with sub-commands (`eval status`) checks --out itself: commander would ask its sub-commands for it too.
+  return (opts.outRequiredByCommander ? cmd.requiredOption(out, outHelp, nonEmpty("a folder")) : cmd.option(out, outHelp, nonEmpty("a folder")))
     .option("--concurrency <n>", "jobs at once (default: what the machine allows: local = its cores; a GPU task's job also holds its GPUs)", parseConcurrency)
     .addOption(new Option("--engine <name>", "where the jobs run").choices(engines).default("local"))
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)", nonEmpty("a folder"))
