@@ -154,7 +154,7 @@ export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
   if (opts.engine === "local") await reapOrphanJobs(paths, KILL_GRACE_MS + 2000, opts.say);
   const engine = await engineFor(opts.engine, { concurrency: opts.concurrency, onState: jobRecorder(paths, opts.engine) });
   try {
-    summary.interrupted = (await driveGroups(engine, groups, opts.signal)).interrupted;
+    summary.interrupted = (await driveGroups(engine, groups, paths, opts.signal)).interrupted;
   } finally {
     await engine.close();
   }

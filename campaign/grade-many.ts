@@ -182,7 +182,7 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
   }
   if (summary.reused) opts.say(`${summary.reused} of ${summary.total} prediction(s) already graded: reused`);
   try {
-    summary.interrupted = (await driveGroups(engine, groups, opts.signal)).interrupted;
+    summary.interrupted = (await driveGroups(engine, groups, paths, opts.signal)).interrupted;
   } finally {
     await engine.close();
   }

@@ -38,6 +38,12 @@ export function cliEntry(): string {
   return file;
 }
 
+/**
+ * Set in every job's environment to `<campaign>/jobs/<job id>` (its record, less `.json`): every
+ * process the job starts inherits it, so `ps e` or a test can tell which campaign job a process is.
+ */
+export const CAMPAIGN_JOB_ENV = "INFRADEV_CAMPAIGN_JOB";
+
 /** A job record as written here: common13's JobRecord plus what the engine told us. */
 export interface CampaignJobRecord extends JobRecord {
   job_id: string;
@@ -153,7 +159,7 @@ export interface WorkGroup {
  * so calibrations queue ahead of the runs. On abort the engine is closed (queued jobs dropped,
  * running ones ended) and nothing more is submitted; what finished stays finished.
  */
-export async function driveGroups(engine: Engine, groups: WorkGroup[], signal?: AbortSignal): Promise<{ interrupted: boolean }> {
+export async function driveGroups(engine: Engine, groups: WorkGroup[], paths: CampaignPaths, signal?: AbortSignal): Promise<{ interrupted: boolean }> {
   let closing: Promise<void> | null = null;
   const onAbort = () => {
     closing ??= engine.close();
@@ -163,7 +169,7 @@ export async function driveGroups(engine: Engine, groups: WorkGroup[], signal?: 
     if (signal?.aborted) return null;
     let engineId: string;
     try {
-      ({ engineId } = await engine.submit(spec));
+      ({ engineId } = await engine.submit({ ...spec, env: { ...spec.env, [CAMPAIGN_JOB_ENV]: join(paths.jobs, spec.id) } }));
     } catch (e) {
       if (signal?.aborted) return null;
       throw e;
