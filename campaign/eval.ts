@@ -9,7 +9,7 @@ import { NotRunnableError, taskPython, taskRunnableHere } from "../tasks/runnabl
 import { engineFor } from "./engine.js";
 import { KILL_GRACE_MS } from "./engines/local.js";
 import type { CampaignSummary } from "./grade-many.js";
-import { calibrationJob, campaignPaths, cliEntry, driveGroups, gradeBudgetSec, graderFlags, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
+import { calibrationJob, campaignPaths, cliEntry, driveGroups, gradeBudgetSec, graderFlags, engineConcurrency, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
 import { mergeManifest, readManifest, writeManifest } from "./manifest.js";
 import { GRADE_FILE, MANIFEST_FILE, RUN_RECORD_FILE, runId, type AgentConfig, type CampaignManifest, type RunRecord } from "./types.js";
 
@@ -168,6 +168,7 @@ export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
   if (summary.reused) opts.say(`${summary.reused} of ${summary.total} run(s) already complete: reused`);
   if (opts.engine === "local") await reapOrphanJobs(paths, KILL_GRACE_MS + 2000, opts.say);
   const engine = await engineFor(opts.engine, { concurrency: opts.concurrency, onState: jobRecorder(paths, opts.engine) });
+  writeManifest(paths.dir, { ...manifest, concurrency: engineConcurrency(engine, opts.concurrency) });
   try {
     summary.interrupted = (await driveGroups(engine, groups, paths, opts.signal)).interrupted;
   } finally {

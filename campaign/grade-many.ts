@@ -8,7 +8,7 @@ import { readJsonFile } from "../lib/json.js";
 import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
 import { engineFor } from "./engine.js";
 import { KILL_GRACE_MS } from "./engines/local.js";
-import { calibrationJob, campaignPaths, cliEntry, driveGroups, gradeBudgetSec, graderFlags, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
+import { calibrationJob, campaignPaths, cliEntry, driveGroups, gradeBudgetSec, graderFlags, engineConcurrency, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
 import { mergeManifest, readManifest, writeManifest, type GradeManyManifest } from "./manifest.js";
 import { readPredictions, type Prediction } from "./predictions.js";
 import { GRADE_FILE, MANIFEST_FILE, PATCH_FILE, RUN_RECORD_FILE, type RunRecord } from "./types.js";
@@ -124,13 +124,15 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
     predictions: resolve(opts.predictions),
   };
   mkdirSync(paths.runs, { recursive: true });
-  writeManifest(paths.dir, mergeManifest(readManifest(paths.dir), wanted, { extend: opts.extend, file: join(paths.dir, MANIFEST_FILE) }));
+  const manifest = mergeManifest(readManifest(paths.dir), wanted, { extend: opts.extend, file: join(paths.dir, MANIFEST_FILE) });
+  writeManifest(paths.dir, manifest);
 
   const calibrationDir = resolve(opts.calibrationDir ?? join(paths.dir, "calibration"));
   const flags = graderFlags({ tasksDir: opts.tasksDir, calibrationDir, sandbox: opts.sandbox, python: opts.python });
   const cli = cliEntry();
   if (opts.engine === "local") await reapOrphanJobs(paths, KILL_GRACE_MS + 2000, opts.say);
   const engine = await engineFor(opts.engine, { concurrency: opts.concurrency, onState: jobRecorder(paths, opts.engine) });
+  writeManifest(paths.dir, { ...manifest, concurrency: engineConcurrency(engine, opts.concurrency) });
   const summary: CampaignSummary = { total: preds.length, reused: 0, finished: 0, errored: [], interrupted: false };
   const groups: WorkGroup[] = [];
   for (const [taskId, task] of tasks) {

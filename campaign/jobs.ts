@@ -127,6 +127,12 @@ export async function reapOrphanJobs(paths: CampaignPaths, graceMs: number, say:
   }
 }
 
+/** The jobs an engine runs at once, for the manifest: what it chose (local: the machine's cores), else what was asked, else 0 (its own default). */
+export function engineConcurrency(engine: Engine, asked: number | undefined): number {
+  const chosen = (engine as { concurrency?: unknown }).concurrency;
+  return typeof chosen === "number" ? chosen : (asked ?? 0);
+}
+
 /** GPUs a task's jobs hold: a GPU task its largest world size (one GPU per rank), a CPU task none. */
 export function taskGpus(spec: Pick<TaskSpec, "requires_gpu" | "ranks" | "world_sizes">): number {
   return spec.requires_gpu ? Math.max(spec.ranks, ...(spec.world_sizes ?? [])) : 0;
