@@ -9,7 +9,7 @@ import { NotRunnableError, taskPython, taskRunnableHere } from "../tasks/runnabl
 import { engineFor } from "./engine.js";
 import { KILL_GRACE_MS } from "./engines/local.js";
 import type { CampaignSummary } from "./grade-many.js";
-import { calibrationJob, campaignPaths, cliEntry, driveGroups, gradeBudgetSec, graderFlags, engineConcurrency, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
+import { calibrationJob, campaignPaths, cliEntry, defaultConcurrency, driveGroups, gradeBudgetSec, graderFlags, jobEnv, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
 import { mergeManifest, readManifest, writeManifest } from "./manifest.js";
 import { GRADE_FILE, MANIFEST_FILE, RUN_RECORD_FILE, runId, type AgentConfig, type CampaignManifest, type RunRecord } from "./types.js";
 
@@ -106,7 +106,7 @@ export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
     agents: opts.agents,
     repeats: opts.repeats,
     engine: opts.engine,
-    concurrency: opts.concurrency ?? 0,
+    concurrency: opts.concurrency ?? defaultConcurrency(opts.engine),
     argv: opts.argv,
   };
   const manifest = mergeManifest(readManifest(paths.dir), wanted, { extend: opts.extend, file: join(paths.dir, MANIFEST_FILE) });
@@ -140,6 +140,7 @@ export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
             id: p.run_id,
             argv: runArgv(cli, p, runDir, flags),
             cwd: paths.dir,
+            env: jobEnv(paths, p.run_id),
             gpus: taskGpus(task.fullSpec),
             // A run mostly waits on its model; its test sessions are short bursts of `ranks` processes.
             cpus: 1,
@@ -168,9 +169,8 @@ export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
   if (summary.reused) opts.say(`${summary.reused} of ${summary.total} run(s) already complete: reused`);
   if (opts.engine === "local") await reapOrphanJobs(paths, KILL_GRACE_MS + 2000, opts.say);
   const engine = await engineFor(opts.engine, { concurrency: opts.concurrency, onState: jobRecorder(paths, opts.engine) });
-  writeManifest(paths.dir, { ...manifest, concurrency: engineConcurrency(engine, opts.concurrency) });
   try {
-    summary.interrupted = (await driveGroups(engine, groups, paths, opts.signal)).interrupted;
+    summary.interrupted = (await driveGroups(engine, groups, opts.signal)).interrupted;
   } finally {
     await engine.close();
   }

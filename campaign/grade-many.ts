@@ -8,7 +8,7 @@ import { readJsonFile } from "../lib/json.js";
 import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
 import { engineFor } from "./engine.js";
 import { KILL_GRACE_MS } from "./engines/local.js";
-import { calibrationJob, campaignPaths, cliEntry, driveGroups, gradeBudgetSec, graderFlags, engineConcurrency, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
+import { calibrationJob, campaignPaths, cliEntry, defaultConcurrency, driveGroups, gradeBudgetSec, graderFlags, jobEnv, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
 import { mergeManifest, readManifest, writeManifest, type GradeManyManifest } from "./manifest.js";
 import { readPredictions, type Prediction } from "./predictions.js";
 import { GRADE_FILE, MANIFEST_FILE, PATCH_FILE, RUN_RECORD_FILE, type RunRecord } from "./types.js";
@@ -118,21 +118,19 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
     agents: [],
     repeats: Math.max(...preds.map((p) => p.repeat)),
     engine: opts.engine,
-    concurrency: opts.concurrency ?? 0,
+    concurrency: opts.concurrency ?? defaultConcurrency(opts.engine),
     argv: opts.argv,
     models: [...new Set(preds.map((p) => p.model))],
     predictions: resolve(opts.predictions),
   };
   mkdirSync(paths.runs, { recursive: true });
-  const manifest = mergeManifest(readManifest(paths.dir), wanted, { extend: opts.extend, file: join(paths.dir, MANIFEST_FILE) });
-  writeManifest(paths.dir, manifest);
+  writeManifest(paths.dir, mergeManifest(readManifest(paths.dir), wanted, { extend: opts.extend, file: join(paths.dir, MANIFEST_FILE) }));
 
   const calibrationDir = resolve(opts.calibrationDir ?? join(paths.dir, "calibration"));
   const flags = graderFlags({ tasksDir: opts.tasksDir, calibrationDir, sandbox: opts.sandbox, python: opts.python });
   const cli = cliEntry();
   if (opts.engine === "local") await reapOrphanJobs(paths, KILL_GRACE_MS + 2000, opts.say);
   const engine = await engineFor(opts.engine, { concurrency: opts.concurrency, onState: jobRecorder(paths, opts.engine) });
-  writeManifest(paths.dir, { ...manifest, concurrency: engineConcurrency(engine, opts.concurrency) });
   const summary: CampaignSummary = { total: preds.length, reused: 0, finished: 0, errored: [], interrupted: false };
   const groups: WorkGroup[] = [];
   for (const [taskId, task] of tasks) {
@@ -157,6 +155,7 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
             id: p.run_id,
             argv: [process.execPath, cli, "grade", "--task", taskId, ...flags, ...(p.patch !== null ? ["--patch", join(runDir, PATCH_FILE)] : []), "--out", join(runDir, "grade"), "--json"],
             cwd: paths.dir,
+            env: jobEnv(paths, p.run_id),
             gpus: taskGpus(task.fullSpec),
             cpus: 1,
             timeLimitSec: gradeBudgetSec(task.fullSpec),
@@ -184,7 +183,7 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
   }
   if (summary.reused) opts.say(`${summary.reused} of ${summary.total} prediction(s) already graded: reused`);
   try {
-    summary.interrupted = (await driveGroups(engine, groups, paths, opts.signal)).interrupted;
+    summary.interrupted = (await driveGroups(engine, groups, opts.signal)).interrupted;
   } finally {
     await engine.close();
   }

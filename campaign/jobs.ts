@@ -1,5 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, readdirSync } from "node:fs";
-import { hostname } from "node:os";
+import { availableParallelism, hostname } from "node:os";
 import { join } from "node:path";
 import { writeJsonAtomic } from "../grader/files.js";
 import { readJsonFile } from "../lib/json.js";
@@ -43,6 +43,9 @@ export function cliEntry(): string {
  * process the job starts inherits it, so `ps e` or a test can tell which campaign job a process is.
  */
 export const CAMPAIGN_JOB_ENV = "INFRADEV_CAMPAIGN_JOB";
+export function jobEnv(paths: CampaignPaths, jobId: string): Record<string, string> {
+  return { [CAMPAIGN_JOB_ENV]: join(paths.jobs, jobId) };
+}
 
 /** A job record as written here: common13's JobRecord plus what the engine told us. */
 export interface CampaignJobRecord extends JobRecord {
@@ -127,10 +130,9 @@ export async function reapOrphanJobs(paths: CampaignPaths, graceMs: number, say:
   }
 }
 
-/** The jobs an engine runs at once, for the manifest: what it chose (local: the machine's cores), else what was asked, else 0 (its own default). */
-export function engineConcurrency(engine: Engine, asked: number | undefined): number {
-  const chosen = (engine as { concurrency?: unknown }).concurrency;
-  return typeof chosen === "number" ? chosen : (asked ?? 0);
+/** campaign.json's `concurrency` when none was asked: the local engine's default (the machine's cores), else 0 (the engine's own). */
+export function defaultConcurrency(engine: string): number {
+  return engine === "local" ? Math.max(1, availableParallelism()) : 0;
 }
 
 /** GPUs a task's jobs hold: a GPU task its largest world size (one GPU per rank), a CPU task none. */
@@ -165,7 +167,7 @@ export interface WorkGroup {
  * so calibrations queue ahead of the runs. On abort the engine is closed (queued jobs dropped,
  * running ones ended) and nothing more is submitted; what finished stays finished.
  */
-export async function driveGroups(engine: Engine, groups: WorkGroup[], paths: CampaignPaths, signal?: AbortSignal): Promise<{ interrupted: boolean }> {
+export async function driveGroups(engine: Engine, groups: WorkGroup[], signal?: AbortSignal): Promise<{ interrupted: boolean }> {
   let closing: Promise<void> | null = null;
   const onAbort = () => {
     closing ??= engine.close();
@@ -175,7 +177,7 @@ export async function driveGroups(engine: Engine, groups: WorkGroup[], paths: Ca
     if (signal?.aborted) return null;
     let engineId: string;
     try {
-      ({ engineId } = await engine.submit({ ...spec, env: { ...spec.env, [CAMPAIGN_JOB_ENV]: join(paths.jobs, spec.id) } }));
+      ({ engineId } = await engine.submit(spec));
     } catch (e) {
       if (signal?.aborted) return null;
       throw e;
@@ -226,6 +228,7 @@ export function calibrationJob(args: {
     cpus: 1,
     // Three gold runs.
     timeLimitSec: 3 * gradeBudgetSec(args.spec),
+    env: jobEnv(args.paths, id),
     stdoutPath: join(args.paths.logs, `${id}.out`),
     stderrPath: join(args.paths.logs, `${id}.err`),
   };
