@@ -317,7 +317,17 @@ export class LocalSandbox implements Sandbox {
       finalArgs: ["--remount-ro", "/"],
       binds: mounts.binds,
       hidden,
-      env: { PATH: SAFE_PATH, LANG: "C.UTF-8", HOME: SANDBOX_HOME, TMPDIR: "/tmp", INFRADEV_SANDBOX: "local", ...opts.env },
+      env: {
+        PATH: SAFE_PATH,
+        LANG: "C.UTF-8",
+        HOME: SANDBOX_HOME,
+        TMPDIR: "/tmp",
+        INFRADEV_SANDBOX: "local",
+        // The GPUs a campaign engine handed this process (campaign/engines/local.ts holds them per job):
+        // forwarded so the tests use those and not every device bound here. Scheduling, not isolation.
+        ...(devices.length > 0 && process.env.CUDA_VISIBLE_DEVICES !== undefined ? { CUDA_VISIBLE_DEVICES: process.env.CUDA_VISIBLE_DEVICES } : {}),
+        ...opts.env,
+      },
       logDir,
       logHeadBytes: opts.logHeadBytes,
       logTailBytes: opts.logTailBytes,
