@@ -83,8 +83,8 @@ function clientEnv(): Record<string, string> {
 /** What the container must see of this package, at its host paths. Never the package's tasks/ (bundled hidden parts) or test/. */
 export function packageMounts(): string[] {
   const root = packageRoot();
-  const out = [join(root, "dist"), join(root, "package.json"), join(root, "sandbox", "python"), join(root, "node_modules")];
-  return out;
+  // skills/: the server serves the infra skill (get_skill) and reads it at start-up.
+  return [join(root, "dist"), join(root, "package.json"), join(root, "sandbox", "python"), join(root, "skills"), join(root, "node_modules")];
 }
 
 export async function startRunContainer(o: {
@@ -213,7 +213,8 @@ export async function startRunContainer(o: {
       const st = await container.inspect();
       if (!st.State.Running) await container.start();
       return new Promise((res) => {
-        const child = spawn(docker, execArgv([], o.workdir, argv), { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env } });
+        const [cmd, ...args] = execArgv([], o.workdir, argv);
+        const child = spawn(cmd!, args, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env } });
         let stderr = "";
         child.stderr.on("data", (c: Buffer) => (stderr = (stderr + c.toString("utf8")).slice(-4000)));
         const timer = setTimeout(() => void kill(), timeoutMs);

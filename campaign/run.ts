@@ -328,7 +328,7 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
     }
     if (finish.code !== 0 || !existsSync(session.paths.patchPath)) {
       exitReason = "error";
-      error = `saving the patch failed (serve --resume exited ${finish.code}): ${finish.stderr.trim().split("\n").slice(-2).join(" | ")}`;
+      error = `saving the patch failed (serve --resume exited ${finish.code}): ${finish.stderr.trim().split("\n").filter((l) => l.trim()).slice(-3).join(" | ")}`;
     }
     // No link followed, regular files only, capped: in docker mode the container could write the whole run folder.
     let patch: Buffer = Buffer.alloc(0);
