@@ -63,9 +63,20 @@ function treeAfter(patch: string | null): Record<string, string> {
   return files;
 }
 
-/** Lines of golden's additions and of the probes that the public snapshot does not hold. */
+/** Text of every file under `dir` (the package's public parts: the skill, the probe library). */
+function textUnder(dir: string): string {
+  return readdirSync(dir, { withFileTypes: true, recursive: true })
+    .filter((e) => e.isFile())
+    .map((e) => readFileSync(join(e.parentPath, e.name), "utf8"))
+    .join("\n");
+}
+
+/**
+ * Lines of golden's additions and of the probes that nothing public holds: not the pre-PR snapshot,
+ * nor the skill and probe library this package ships (probes use that library's public API).
+ */
 function secretLines(): string[] {
-  const publicText = Object.values(treeAfter(null)).join("\n");
+  const publicText = [...Object.values(treeAfter(null)), textUnder(join(packageRoot(), "skills")), textUnder(join(packageRoot(), "sandbox", "python"))].join("\n");
   const probes = readdirSync(join(TASK_DIR, "hidden", "probes")).map((f) => readFileSync(join(TASK_DIR, "hidden", "probes", f), "utf8"));
   const golden = readFileSync(GOLDEN, "utf8")
     .split("\n")
