@@ -49,6 +49,8 @@ export interface RunContainer {
   wrap(h: PreparedHarness): PreparedHarness;
   /** Ends every process in the container (the relay too); the container stays, stopped. */
   kill(): Promise<void>;
+  /** Starts it again when stopped (the relay is its main process, so it comes back too). */
+  ensureRunning(): Promise<void>;
   /** Starts the container again (after kill) and runs argv inside with stdin at EOF. */
   execToEnd(argv: string[], timeoutMs: number): Promise<{ code: number | null; stderr: string }>;
   remove(): Promise<void>;
@@ -197,6 +199,10 @@ export async function startRunContainer(o: {
     }
     await container.wait().catch(() => undefined);
   };
+  const ensureRunning = async () => {
+    const st = await container.inspect();
+    if (!st.State.Running) await container.start();
+  };
   return {
     name,
     id: container.id,
@@ -209,9 +215,9 @@ export async function startRunContainer(o: {
       argv: (a) => execArgv(Object.keys(h.env), h.cwd, h.argv(a)),
     }),
     kill,
+    ensureRunning,
     execToEnd: async (argv, timeoutMs) => {
-      const st = await container.inspect();
-      if (!st.State.Running) await container.start();
+      await ensureRunning();
       return new Promise((res) => {
         const [cmd, ...args] = execArgv([], o.workdir, argv);
         const child = spawn(cmd!, args, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env } });
