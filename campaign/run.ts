@@ -283,6 +283,8 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
       }
       const argv = harness.argv({ prompt: k === 0 ? instruction(exp.task.prompt) : RECOVERY_PROMPT, resumeSession: k === 0 ? null : tally.sessionId });
       o.onProgress?.(`attempt ${k + 1}: ${harness.name}${k > 0 ? ` (re-prompt of session ${tally.sessionId})` : ""}`);
+      // A signal that came during set-up (the container's start) finds no attempt to end: stop here.
+      if (o.signal?.aborted) throw new Error("run interrupted");
       await container?.ensureRunning();
       const a = await runAttempt(harness, argv, { deadline, eventsFile: join(out, HARNESS_EVENTS_FILE), stderrFile: join(out, HARNESS_STDERR_FILE), tally, signal: o.signal, onStop: inContainer ? () => inContainer.kill() : undefined });
       // Docker: what the harness left running in the container (its server, commands) ends with it, as

@@ -205,9 +205,13 @@ describe.skipIf(!plan.run)("infradev run --sandbox docker (real engine, real Cod
     const child = spawn(process.execPath, [cli, ...baseArgs(), "--model", "standin:slow", "--out", d, "--time-limit-min", "5", "--no-grade"], { stdio: ["ignore", "ignore", "pipe"] });
     const ended = new Promise<number | null>((r) => child.once("close", (code, sig) => r(code ?? (sig ? 128 : null))));
     const c = await waitFor("container.json", () => (existsSync(join(d, "container.json")) ? readJson<{ name: string }>(join(d, "container.json")) : null), 60_000);
-    expect(containerGone(c.name)).toBe(false);
+    await waitFor("the stand-in's first answer", () => lines(join(d, "standin-requests.jsonl")).length >= 1, 60_000);
+    const top = docker(["top", c.name, "-eo", "pid,args"]).stdout;
+    expect(top).toMatch(/codex/);
+    const started = Date.now();
     child.kill("SIGTERM");
     expect(await ended).not.toBe(0);
+    expect(Date.now() - started).toBeLessThan(15_000);
     expect(containerGone(c.name)).toBe(true);
     expect(existsSync(join(d, "run.json"))).toBe(false);
   }, 120_000);
