@@ -11,7 +11,7 @@
  *
  * INFRADEV_REQUIRE_DOCKER=1 (CI) makes a missing engine a failure, not a skip.
  */
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { networkInterfaces, tmpdir } from "node:os";
@@ -30,6 +30,8 @@ const plan = await dockerSuitePlan();
 const tmp = mkdtempSync(join(tmpdir(), "infradev-run-docker-test-"));
 const CAL = join(tmp, "cal");
 let cli: string;
+/** `run` processes a test started: a failed assertion must not leave one (and its container) behind. */
+const children: ChildProcess[] = [];
 
 function newest(dir: string): number {
   let t = 0;
@@ -114,7 +116,9 @@ describe.skipIf(!plan.run)("infradev run --sandbox docker (real engine, real Cod
     hostPort = createServer((s) => s.end());
     await new Promise<void>((r) => hostPort.listen(0, "0.0.0.0", () => r()));
   }, 300_000);
-  afterAll(() => {
+  afterAll(async () => {
+    // SIGTERM: run removes its container on the way out.
+    await Promise.all(children.filter((c) => c.exitCode === null && c.signalCode === null).map((c) => new Promise((r) => (c.once("close", r), c.kill("SIGTERM")))));
     hostPort?.close();
     rmSync(tmp, { recursive: true, force: true });
   });
@@ -146,6 +150,7 @@ describe.skipIf(!plan.run)("infradev run --sandbox docker (real engine, real Cod
   it("while a run is live: harness and server inside, no task folder mounted, no hidden line in the container, only the endpoint reachable; the time limit ends the container", async () => {
     const d = join(tmp, "slow");
     const child = spawn(process.execPath, [cli, ...baseArgs(), "--model", "standin:slow", "--out", d, "--time-limit-min", "0.5", "--no-grade"], { stdio: ["ignore", "pipe", "pipe"] });
+    children.push(child);
     let stderr = "";
     child.stderr.on("data", (b: Buffer) => (stderr += b.toString()));
     const ended = new Promise<number | null>((r) => child.once("close", (code) => r(code)));
@@ -203,6 +208,7 @@ describe.skipIf(!plan.run)("infradev run --sandbox docker (real engine, real Cod
   it("SIGTERM to run removes its container", async () => {
     const d = join(tmp, "sigterm");
     const child = spawn(process.execPath, [cli, ...baseArgs(), "--model", "standin:slow", "--out", d, "--time-limit-min", "5", "--no-grade"], { stdio: ["ignore", "ignore", "pipe"] });
+    children.push(child);
     const ended = new Promise<number | null>((r) => child.once("close", (code, sig) => r(code ?? (sig ? 128 : null))));
     const c = await waitFor("container.json", () => (existsSync(join(d, "container.json")) ? readJson<{ name: string }>(join(d, "container.json")) : null), 60_000);
     await waitFor("the stand-in's first answer", () => lines(join(d, "standin-requests.jsonl")).length >= 1, 60_000);
