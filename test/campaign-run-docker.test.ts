@@ -232,3 +232,41 @@ describe.skipIf(!plan.run)("infradev run --sandbox docker (real engine, real Cod
     expect(noImage.stderr).toMatch(/--sandbox docker needs an image and task tiny-mean names none/);
   }, 60_000);
 });
+
+describe("egress proxy (no engine needed): one target, whatever the request names", () => {
+  it("forwards to the provider's host:port only; Host header, absolute URI and CONNECT reach nothing else", async () => {
+    const { startEgressProxy } = await import("../campaign/egress-proxy.js");
+    const { createServer: createHttp, request } = await import("node:http");
+    const hits = { target: [] as string[], other: [] as string[] };
+    const serve = (k: keyof typeof hits) => createHttp((req, res) => (hits[k].push(`${req.method} ${req.url} host=${req.headers.host}`), res.end(k)));
+    const target = serve("target");
+    const other = serve("other");
+    for (const s of [target, other]) await new Promise<void>((r) => s.listen(0, "127.0.0.1", () => r()));
+    const port = (s: typeof target) => (s.address() as { port: number }).port;
+    const dir = mkdtempSync(join(tmpdir(), "infradev-egress-"));
+    const proxy = await startEgressProxy({ socketPath: join(dir, "s.sock"), target: `http://127.0.0.1:${port(target)}/v1` });
+    const ask = (method: string, path: string, host: string) =>
+      new Promise<string>((res) => {
+        const req = request({ socketPath: proxy.socketPath, method, path, headers: { host } }, (r) => {
+          let body = "";
+          r.on("data", (c: Buffer) => (body += c.toString()));
+          r.on("end", () => res(`${r.statusCode} ${body}`));
+        });
+        req.on("error", (e) => res(`error ${(e as NodeJS.ErrnoException).code ?? e.message}`));
+        req.end();
+      });
+    try {
+      expect(await ask("POST", "/v1/responses", `127.0.0.1:${port(other)}`)).toBe("200 target");
+      expect(await ask("GET", `http://127.0.0.1:${port(other)}/x`, `127.0.0.1:${port(other)}`)).toBe("200 target");
+      expect(await ask("CONNECT", `127.0.0.1:${port(other)}`, `127.0.0.1:${port(other)}`)).toMatch(/^error /);
+      expect(hits.other).toEqual([]);
+      expect(hits.target).toEqual([`POST /v1/responses host=127.0.0.1:${port(target)}`, `GET / host=127.0.0.1:${port(target)}`]);
+      expect(proxy.requests.map((r) => [r.method, r.path, r.status])).toEqual([["POST", "/v1/responses", 200], ["GET", "/", 200]]);
+    } finally {
+      await proxy.close();
+      target.close();
+      other.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
