@@ -17,7 +17,7 @@
  * finally); its labels let `infradev sandbox prune` find it when the run process died hard.
  */
 import { spawn } from "node:child_process";
-import { accessSync, constants, realpathSync } from "node:fs";
+import { accessSync, constants, existsSync, realpathSync } from "node:fs";
 import { hostname } from "node:os";
 import { delimiter, join, relative } from "node:path";
 import type Docker from "dockerode";
@@ -125,7 +125,8 @@ export async function startRunContainer(o: {
   const system = o.docker.hostSystemMounts ? hostSystemMountPlan().binds : [];
   // node itself: from the image's /usr when the host's is bound, else the binary file.
   if (!system.some((d) => inside(d, realpathSync(process.execPath)))) bind(process.execPath, "ro");
-  for (const p of [...packageMounts(), ...o.readOnly]) bind(p, "ro");
+  // An installed package may have no node_modules of its own (dependencies hoisted): not bound, then.
+  for (const p of [...packageMounts().filter((m) => existsSync(m)), ...o.readOnly]) bind(p, "ro");
   for (const p of o.readWrite) bind(p, "rw");
   // Read-only is enough: connecting to a unix socket is not a write to its file system.
   bind(o.socketDir, "ro");
