@@ -11,20 +11,23 @@
  * alone → grade only; neither → a fresh start (a killed attempt's leftovers are cleared).
  */
 import { spawn } from "node:child_process";
-import { appendFileSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { UsageError } from "../lib/errors.js";
+import { readRegularFile, readRegularText } from "../lib/safe-fs.js";
 import { bundledTasksDir, packageRoot } from "../lib/paths.js";
 import { SYSTEM_DIRS } from "../sandbox/local-mounts.js";
 import { createBaseCheckout } from "../server/base-checkout.js";
 import { openRun } from "../server/run-dir.js";
 import { loadGraderTask, loadPublicTask, resolveTaskDir } from "../tasks/loader.js";
 import type { ConnectOptions } from "../cli/connect.js";
+import { startEgressProxy, type EgressProxy } from "./egress-proxy.js";
 import { exportPublicTask } from "./export.js";
 import { runAttempt, type AttemptResult } from "./harness/attempt.js";
 import { codexServerTable, prepareCodex } from "./harness/codex.js";
 import { prepareOpencode } from "./harness/opencode.js";
+import { RELAY_PORT, startRunContainer, type DockerRunOptions, type RunContainer } from "./run-docker.js";
 import { emptyTally, type HarnessSetup, type PreparedHarness } from "./harness/types.js";
 import { STANDIN_PREFIX, standinSteps } from "./standin/script.js";
 import { startStandin, type StandinServer } from "./standin/server.js";
@@ -32,6 +35,13 @@ import { GRADE_FILE, HARNESS_EVENTS_FILE, HARNESS_STDERR_FILE, PATCH_FILE, RUN_R
 
 export const ATTEMPTS_FILE = "attempts.json";
 export const STANDIN_REQUESTS_FILE = "standin-requests.jsonl";
+/** Docker mode: what the egress proxy forwarded to the model endpoint, one line per request. */
+export const EGRESS_FILE = "egress.jsonl";
+/** Docker mode: the run's container (name, id, image, network), written when it starts. */
+export const CONTAINER_FILE = "container.json";
+/** Caps on what the host reads back of files the agent's side could write (docker: the whole run folder). */
+const PATCH_MAX_BYTES = 64 << 20;
+const TRACE_MAX_BYTES = 256 << 20;
 
 export interface RunOptions {
   task: string;
@@ -46,7 +56,9 @@ export interface RunOptions {
   skill: boolean;
   recoveries: number;
   out: string;
-  sandbox: "local" | "none";
+  sandbox: "local" | "none" | "docker";
+  /** --sandbox docker: the image and limits of the run's container (also passed to the grader). */
+  docker?: DockerRunOptions;
   grade: boolean;
   python?: string;
   calibrationDir?: string;
@@ -118,7 +130,7 @@ function runCli(args: string[], opts: { timeoutMs: number; closeStdin?: boolean 
 
 /** Clears what a killed earlier attempt left in D (never D itself, never other files). */
 function clearLeftovers(out: string): void {
-  for (const f of [RUN_RECORD_FILE, GRADE_FILE, PATCH_FILE, TRACE_FILE, HARNESS_EVENTS_FILE, HARNESS_STDERR_FILE, ATTEMPTS_FILE, STANDIN_REQUESTS_FILE]) rmSync(join(out, f), { force: true });
+  for (const f of [RUN_RECORD_FILE, GRADE_FILE, PATCH_FILE, TRACE_FILE, HARNESS_EVENTS_FILE, HARNESS_STDERR_FILE, ATTEMPTS_FILE, STANDIN_REQUESTS_FILE, EGRESS_FILE, CONTAINER_FILE]) rmSync(join(out, f), { force: true });
   rmSync(join(out, "grade"), { recursive: true, force: true });
 }
 
@@ -128,6 +140,7 @@ async function gradeRun(o: RunOptions, out: string, record: RunRecord): Promise<
   if (o.tasksDir) args.push("--tasks-dir", resolve(o.tasksDir));
   if (o.calibrationDir) args.push("--calibration-dir", resolve(o.calibrationDir));
   if (o.python) args.push("--python", o.python);
+  if (o.sandbox === "docker") args.push(...graderDockerArgs(o.docker ?? {}));
   o.onProgress?.(`grading ${PATCH_FILE} (${record.patch_bytes} bytes)`);
   const r = await runCli(args, { timeoutMs: 6 * 3600_000 });
   let result: { status?: unknown } | null = null;
@@ -140,6 +153,28 @@ async function gradeRun(o: RunOptions, out: string, record: RunRecord): Promise<
   writeJsonAtomic(join(out, GRADE_FILE), result);
   writeJsonAtomic(join(out, RUN_RECORD_FILE), { ...record, grade: { status: result.status, file: GRADE_FILE } } satisfies RunRecord);
   return null;
+}
+
+/** The docker flags of `infradev grade` for the run's docker options (the grader makes its own container). */
+export function graderDockerArgs(d: DockerRunOptions): string[] {
+  const args: string[] = [];
+  if (d.image) args.push("--image", d.image);
+  if (d.hostSystemMounts) args.push("--host-system-mounts");
+  if (d.gpus !== undefined) args.push("--gpus", Array.isArray(d.gpus) ? d.gpus.join(",") : d.gpus === 0 ? "none" : String(d.gpus));
+  if (d.memoryMb !== undefined) args.push("--memory-mb", String(d.memoryMb));
+  if (d.pidsLimit !== undefined) args.push("--pids-limit", String(d.pidsLimit));
+  if (d.cpus !== undefined) args.push("--cpus", String(d.cpus));
+  if (d.shmSizeMb !== undefined) args.push("--shm-mb", String(d.shmSizeMb));
+  return args;
+}
+
+/** session.json's submitted_at, read without following a link (docker: the container could have planted one). */
+function submittedIn(sessionFile: string): boolean {
+  try {
+    return (JSON.parse(readRegularText(sessionFile, 1 << 20).text) as { submitted_at?: string | null }).submitted_at != null;
+  } catch {
+    return false;
+  }
 }
 
 const inside = (parent: string, child: string) => {
@@ -179,8 +214,15 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
   const deadline = startedAt.getTime() + o.timeLimitMin * 60_000;
   // A stand-in script that does not load is a usage error before anything is made.
   const steps = o.model.startsWith(STANDIN_PREFIX) ? standinSteps(o.model.slice(STANDIN_PREFIX.length), loadGraderTask(o.task, o.tasksDir)) : null;
+  const docker = o.sandbox === "docker";
+  const image = docker ? (o.docker?.image ?? publicTask.spec.image) : undefined;
+  if (docker && !image) throw new UsageError(`run: --sandbox docker needs an image and task ${publicTask.id} names none: pass --image <image> or set \`image:\` in its task.yaml`);
+  // In docker mode the container is the sandbox: the server inside runs its tools as plain processes there.
+  const serverSandbox = docker ? "none" : (o.sandbox as "local" | "none");
   const tmp = mkdtempSync(join(tmpdir(), `infradev-run-${publicTask.id}-`));
   let standin: StandinServer | null = null;
+  let proxy: EgressProxy | null = null;
+  let container: RunContainer | null = null;
   try {
     const exp = exportPublicTask(publicTask, join(tmp, "export"));
     const runsDir = join(tmp, "runs");
@@ -197,15 +239,41 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
       keyEnv = "INFRADEV_STANDIN_KEY";
       key = "stand-in-model-no-key";
     }
-    const connect: ConnectOptions = { task: exp.task.id, sandbox: o.sandbox, runsDir, tasksDir: exp.tasksDir, node: process.execPath, cli: cliEntry() };
+    let harnessUrl = providerUrl;
+    const socketDir = join(tmp, "egress");
+    if (docker) {
+      mkdirSync(socketDir);
+      const egressLog = join(out, EGRESS_FILE);
+      proxy = await startEgressProxy({ socketPath: join(socketDir, "model.sock"), target: providerUrl, onRequest: (r) => appendFileSync(egressLog, `${JSON.stringify(r)}\n`) });
+      const u = new URL(providerUrl);
+      harnessUrl = `http://127.0.0.1:${RELAY_PORT}${u.pathname === "/" ? "" : u.pathname}${u.search}`;
+    }
+    const connect: ConnectOptions = { task: exp.task.id, sandbox: serverSandbox, runsDir, tasksDir: exp.tasksDir, node: process.execPath, cli: cliEntry() };
     const extraArgs = ["--resume", session.runId, ...(o.python ? ["--python", o.python] : [])];
-    const setup: HarnessSetup = { root: join(tmp, "harness"), serveArgv: [], runTimeoutSec: exp.task.spec.run_timeout_sec, model: o.model, providerUrl, providerKeyEnv: keyEnv, providerKey: key, skill: o.skill };
-    const harness: PreparedHarness =
+    const setup: HarnessSetup = { root: join(tmp, "harness"), serveArgv: [], runTimeoutSec: exp.task.spec.run_timeout_sec, model: o.model, providerUrl: harnessUrl, providerKeyEnv: keyEnv, providerKey: key, skill: o.skill };
+    let harness: PreparedHarness =
       o.agent === "codex" ? prepareCodex(setup, codexServerTable(connect, setup.runTimeoutSec, extraArgs)) : prepareOpencode(setup, connect, extraArgs);
+    if (docker) {
+      o.onProgress?.(`starting the run's container from ${image} (network none; the model endpoint through the egress proxy only)`);
+      container = await startRunContainer({
+        runId: id,
+        image: image!,
+        docker: o.docker ?? {},
+        readOnly: [exp.tasksDir],
+        readWrite: [runsDir, setup.root],
+        realTaskDir: realpathSync(resolveTaskDir(o.task, o.tasksDir ?? bundledTasksDir())),
+        socketDir,
+        socketPath: join(socketDir, "model.sock"),
+        workdir: harness.cwd,
+      });
+      writeJsonAtomic(join(out, CONTAINER_FILE), { name: container.name, id: container.id, image: container.image, network: "none", relay: harnessUrl });
+      harness = container.wrap(harness);
+    }
 
     const tally = emptyTally();
     const attempts: Array<AttemptResult & { attempt: number; session_id: string | null }> = [];
-    const submittedNow = () => readJson<{ submitted_at?: string | null }>(session.paths.sessionFile)?.submitted_at != null;
+    const submittedNow = () => submittedIn(session.paths.sessionFile);
+    const inContainer = container;
     let exitReason: ExitReason = "harness_exited";
     let error: string | null = null;
     for (let k = 0; k <= o.recoveries; k++) {
@@ -215,7 +283,13 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
       }
       const argv = harness.argv({ prompt: k === 0 ? instruction(exp.task.prompt) : RECOVERY_PROMPT, resumeSession: k === 0 ? null : tally.sessionId });
       o.onProgress?.(`attempt ${k + 1}: ${harness.name}${k > 0 ? ` (re-prompt of session ${tally.sessionId})` : ""}`);
-      const a = await runAttempt(harness, argv, { deadline, eventsFile: join(out, HARNESS_EVENTS_FILE), stderrFile: join(out, HARNESS_STDERR_FILE), tally, signal: o.signal });
+      // A signal that came during set-up (the container's start) finds no attempt to end: stop here.
+      if (o.signal?.aborted) throw new Error("run interrupted");
+      await container?.ensureRunning();
+      const a = await runAttempt(harness, argv, { deadline, eventsFile: join(out, HARNESS_EVENTS_FILE), stderrFile: join(out, HARNESS_STDERR_FILE), tally, signal: o.signal, onStop: inContainer ? () => inContainer.kill() : undefined });
+      // Docker: what the harness left running in the container (its server, commands) ends with it, as
+      // host mode ends the attempt's process group; the next attempt starts the container again.
+      await container?.kill();
       attempts.push({ ...a, attempt: k + 1, session_id: tally.sessionId });
       writeJsonAtomic(join(out, ATTEMPTS_FILE), attempts);
       if (a.aborted) throw new Error("run interrupted");
@@ -247,17 +321,30 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
 
     // Our own resume of the run: `serve --resume` with stdin closed writes patch.diff from the
     // workspace through the sandbox (the host follows no path the agent controls) and session_end.
-    const finish = await runCli(
-      ["serve", "--task", exp.task.id, "--tasks-dir", exp.tasksDir, "--runs-dir", runsDir, "--resume", session.runId, "--sandbox", o.sandbox, ...(o.python ? ["--python", o.python] : [])],
-      { timeoutMs: 120_000, closeStdin: true },
-    );
+    // Docker: inside the container (killed first, so nothing the agent started still runs; then started
+    // again for the resume alone), then removed before the host reads anything of the run folder.
+    const resumeArgs = ["serve", "--task", exp.task.id, "--tasks-dir", exp.tasksDir, "--runs-dir", runsDir, "--resume", session.runId, "--sandbox", serverSandbox, ...(o.python ? ["--python", o.python] : [])];
+    let finish: { code: number | null; stderr: string };
+    if (container) {
+      await container.kill();
+      finish = await container.execToEnd([process.execPath, cliEntry(), ...resumeArgs], 120_000);
+      await container.remove();
+    } else {
+      finish = await runCli(resumeArgs, { timeoutMs: 120_000, closeStdin: true });
+    }
     if (finish.code !== 0 || !existsSync(session.paths.patchPath)) {
       exitReason = "error";
-      error = `saving the patch failed (serve --resume exited ${finish.code}): ${finish.stderr.trim().split("\n").slice(-2).join(" | ")}`;
+      error = `saving the patch failed (serve --resume exited ${finish.code}): ${finish.stderr.trim().split("\n").filter((l) => l.trim()).slice(-3).join(" | ")}`;
     }
-    if (existsSync(session.paths.patchPath)) copyFileSync(session.paths.patchPath, join(out, PATCH_FILE));
-    else writeFileSync(join(out, PATCH_FILE), "");
-    const trace = existsSync(session.paths.tracePath) ? readFileSync(session.paths.tracePath, "utf8") : "";
+    // No link followed, regular files only, capped: in docker mode the container could write the whole run folder.
+    let patch: Buffer = Buffer.alloc(0);
+    if (existsSync(session.paths.patchPath)) {
+      const r = readRegularFile(session.paths.patchPath, PATCH_MAX_BYTES);
+      if (r.truncated) throw new Error(`run: the patch is larger than ${PATCH_MAX_BYTES} bytes`);
+      patch = r.data;
+    }
+    writeFileSync(join(out, PATCH_FILE), patch);
+    const trace = existsSync(session.paths.tracePath) ? readRegularText(session.paths.tracePath, TRACE_MAX_BYTES).text : "";
     writeFileSync(join(out, TRACE_FILE), trace);
     const used = toolsUsed(trace);
     const endedAt = new Date();
@@ -293,6 +380,8 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
     const gradeError = o.grade ? await gradeRun(o, out, record) : null;
     return { record: readJson<RunRecord>(join(out, RUN_RECORD_FILE))!, did: "ran", gradeError };
   } finally {
+    await container?.remove().catch(() => undefined);
+    await proxy?.close();
     await standin?.close();
     if (process.env.INFRADEV_KEEP_RUN_TMP !== "1") rmSync(tmp, { recursive: true, force: true });
   }

@@ -1,11 +1,12 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
 import { UsageError } from "../lib/errors.js";
 import { defaultCalibrationDir } from "../lib/paths.js";
+import { addDockerOptions, dockerOptionsFromFlags, type DockerFlags } from "./sandbox-options.js";
 
 // campaign/run.ts (the harness adapters, the stand-in, the server's run folder) is imported in the
 // action handler: `infradev --help` does not load it.
 
-interface RunCliOptions {
+interface RunCliOptions extends DockerFlags {
   task: string;
   agent: string;
   model: string;
@@ -17,7 +18,7 @@ interface RunCliOptions {
   skill: boolean;
   recoveries: number;
   out: string;
-  sandbox: string;
+  sandbox?: string;
   grade: boolean;
   tasksDir?: string;
   python?: string;
@@ -38,12 +39,8 @@ function minutes(v: string): number {
   return n;
 }
 
-/** Why docker mode is refused for now, named in the error and the README. */
-export const RUN_DOCKER_REFUSAL =
-  "run: --sandbox docker is not available for `infradev run` yet: the harness would have to run inside the task's container with the server and the workspace, and that mode is not built; use --sandbox local (the harness runs on this host and sees only the task's public export; its own shell and file tools are switched off)";
-
 export function registerRunCommands(program: Command): void {
-  program
+  const cmd = program
     .command("run")
     .description("run an agent harness (Codex or OpenCode) on one task through the MCP server on a public export of the task, then grade its patch; D holds run.json, patch.diff, trace.jsonl, the harness's events and grade.json (resumable)")
     .requiredOption("--task <id>", "task id (or a path to a task folder)")
@@ -58,15 +55,16 @@ export function registerRunCommands(program: Command): void {
     .option("--no-skill", "do not install the skill")
     .option("--recoveries <k>", "re-prompts when the harness exits without submit (same session)", wholeNumber(0), 3)
     .requiredOption("--out <dir>", "the run folder D (resumable: a finished run is not run again)")
-    .addOption(new Option("--sandbox <kind>", "sandbox of the server's tools and of grading: local (bubblewrap) | none (nothing isolated); docker is refused for now").choices(["local", "docker", "none"]).default("local"))
+    .addOption(new Option("--sandbox <kind>", "where the agent works, and the grader's sandbox: local (harness on this host, tools in bubblewrap) | docker (harness, server and workspace in one container of the task's image; no network but the model endpoint) | none (nothing isolated)").choices(["local", "docker", "none"]).default("local"))
     .option("--no-grade", "stop after the run (run.json, patch.diff); grade later by running the same command without --no-grade")
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
     .option("--python <path>", "Python interpreter of the tests, inside the sandbox (default $INFRADEV_PYTHON, else the task's env.python)")
     .option("--calibration-dir <dir>", "cache of gold calibrations for grading (default $INFRADEV_CALIBRATION_DIR, else ~/.cache/infradev/calibration)", defaultCalibrationDir())
     .option("--grade-out <dir>", "the grader's results folder (default: D/grade)")
-    .option("--json", "print run.json (with the grade's status) as JSON on stdout")
+    .option("--json", "print run.json (with the grade's status) as JSON on stdout");
+  addDockerOptions(cmd)
     .action(async (opts: RunCliOptions) => {
-      if (opts.sandbox === "docker") throw new UsageError(RUN_DOCKER_REFUSAL);
+      if (opts.network !== undefined) throw new UsageError("run: --network does not apply to `infradev run`: the run's container has no network but the model endpoint (through the egress proxy); the grader's container has none");
       const standin = opts.model.startsWith("standin:");
       if (!standin) {
         if (!opts.providerUrl) throw new UsageError("run: --provider-url <url> is required for a real model (or use --model standin:<script>)");
@@ -105,7 +103,8 @@ export function registerRunCommands(program: Command): void {
         skill: opts.skill,
         recoveries: opts.recoveries,
         out: opts.out,
-        sandbox: opts.sandbox as "local" | "none",
+        sandbox: (opts.sandbox ?? "local") as "local" | "none" | "docker",
+        docker: opts.sandbox === "docker" ? dockerOptionsFromFlags(opts) : undefined,
         grade: opts.grade,
         python: opts.python,
         calibrationDir: opts.calibrationDir,

@@ -271,7 +271,7 @@ describe.skipIf(codexEntry() === null || opencodeBinary() === null)("infradev ru
 
 describe("infradev run: usage errors are one line, exit 2, before anything runs", () => {
   const cases: Array<[string, string[], RegExp]> = [
-    ["docker refused", ["--agent", "codex", "--model", "standin:golden", "--sandbox", "docker"], /--sandbox docker is not available for `infradev run` yet/],
+    ["docker flag without docker", ["--agent", "codex", "--model", "standin:golden", "--image", "x:y"], /--image applies only to --sandbox docker/],
     ["real model without URL", ["--agent", "codex", "--model", "gpt-x"], /--provider-url <url> is required/],
     ["key variable unset", ["--agent", "opencode", "--model", "m", "--provider-url", "http://127.0.0.1:9/v1", "--provider-key-env", "INFRADEV_TEST_UNSET_KEY"], /INFRADEV_TEST_UNSET_KEY: that variable is not set/],
     ["bad name", ["--agent", "codex", "--model", "standin:golden", "--name", "a--b"], /--name: agent name "a--b" cannot name a run folder/],

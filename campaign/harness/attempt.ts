@@ -61,7 +61,7 @@ export async function endGroup(pgid: number, graceMs = KILL_GRACE_MS): Promise<v
 export async function runAttempt(
   harness: PreparedHarness,
   argv: string[],
-  opts: { deadline: number; eventsFile: string; stderrFile: string; tally: EventTally; signal?: AbortSignal },
+  opts: { deadline: number; eventsFile: string; stderrFile: string; tally: EventTally; signal?: AbortSignal; onStop?: () => Promise<void> },
 ): Promise<AttemptResult> {
   const started_at = new Date().toISOString();
   const child = spawn(argv[0]!, argv.slice(1), { cwd: harness.cwd, env: harness.env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
@@ -91,6 +91,8 @@ export async function runAttempt(
     if (pid === null) return;
     if (why === "limit") timedOut = true;
     else aborted = true;
+    // Docker mode: the harness runs in a container; its local process is only the `docker exec` client.
+    await opts.onStop?.().catch(() => undefined);
     await endGroup(pid);
   };
   const timer = setTimeout(() => void stop("limit"), Math.max(0, opts.deadline - Date.now()));
