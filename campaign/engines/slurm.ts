@@ -1,0 +1,194 @@
+/**
+ * The Slurm engine: one `sbatch` job per JobSpec on a cluster whose nodes share the campaign folder.
+ *
+ * State comes from three places, best first: `squeue --states=all` (live jobs, and finished ones while
+ * the controller still remembers them: MinJobAge), `sacct` (finished jobs, when the cluster keeps
+ * accounting), and the exit file the batch script writes next to the job's stdout (a cluster without
+ * slurmdbd, or a job the controller has forgotten). Every Slurm command runs as an argv array.
+ */
+import { readFileSync, rmSync } from "node:fs";
+import { execa } from "execa";
+import type { Engine, JobSpec, JobState, JobStatus } from "../engine.js";
+import { batchScript, exitFilePath, sbatchArgv, type ExitRecord, type SlurmSubmitOptions } from "./slurm-script.js";
+
+export interface SlurmEngineOptions extends SlurmSubmitOptions {
+  /** How often `wait` polls (ms); default 2000. */
+  pollIntervalMs?: number;
+  /** Folder holding sbatch/squeue/sacct/scancel; default: found on PATH. */
+  binDir?: string;
+}
+
+const FINAL: ReadonlySet<JobState> = new Set(["done", "failed", "cancelled", "timeout"]);
+
+/** Slurm's job state names (squeue long form, sacct's first word) → ours. */
+export function mapSlurmState(slurmState: string): JobState {
+  const s = slurmState.trim().split(/\s+/)[0]!.replace(/\+$/, "").toUpperCase();
+  switch (s) {
+    case "PENDING": case "CONFIGURING": case "REQUEUED": case "REQUEUE_HOLD": case "REQUEUE_FED": case "RESV_DEL_HOLD":
+      return "queued";
+    case "RUNNING": case "COMPLETING": case "SUSPENDED": case "STAGE_OUT": case "SIGNALING": case "RESIZING": case "STOPPED":
+      return "running";
+    case "COMPLETED":
+      return "done";
+    case "CANCELLED": case "REVOKED":
+      return "cancelled";
+    case "TIMEOUT": case "DEADLINE":
+      return "timeout";
+    case "FAILED": case "NODE_FAIL": case "OUT_OF_MEMORY": case "BOOT_FAIL": case "PREEMPTED": case "SPECIAL_EXIT":
+      return "failed";
+    default:
+      return "unknown";
+  }
+}
+
+/** The exit record's meaning: a TERM at or past the limit is the time limit, a TERM before it scancel. */
+export function stateFromExitRecord(rec: ExitRecord): { state: JobState; reason: string } {
+  if (rec.signal !== null) {
+    return rec.elapsed_s >= rec.limit_s
+      ? { state: "timeout", reason: `signalled ${rec.signal} after ${rec.elapsed_s} s (limit ${rec.limit_s} s)` }
+      : { state: "cancelled", reason: `signalled ${rec.signal} after ${rec.elapsed_s} s` };
+  }
+  return rec.exit_code === 0 ? { state: "done", reason: "exit 0" } : { state: "failed", reason: `exit ${rec.exit_code}` };
+}
+
+function readExitRecord(file: string, engineId: string): ExitRecord | null {
+  try {
+    const rec = JSON.parse(readFileSync(file, "utf8")) as ExitRecord;
+    // A resubmitted job reuses the stdout path: a record of an earlier job says nothing about this one.
+    return rec.job_id === engineId && Number.isInteger(rec.exit_code) ? rec : null;
+  } catch {
+    return null;
+  }
+}
+
+export class SlurmEngine implements Engine {
+  readonly name = "slurm";
+  private readonly opts: SlurmEngineOptions;
+  /** Exit files of the jobs this process submitted or was told about (`track`). */
+  private readonly exitFiles = new Map<string, string>();
+  /** false once sacct said accounting is off: not asked again. */
+  private accounting = true;
+
+  constructor(opts: SlurmEngineOptions = {}) {
+    this.opts = opts;
+  }
+
+  private bin(name: string): string {
+    return this.opts.binDir ? `${this.opts.binDir}/${name}` : name;
+  }
+
+  async submit(job: JobSpec): Promise<{ engineId: string }> {
+    const args = sbatchArgv(job, this.opts);
+    const script = batchScript(job);
+    rmSync(exitFilePath(job), { force: true });
+    const r = await execa(this.bin("sbatch"), args, { input: script, reject: false, stripFinalNewline: true });
+    const engineId = r.stdout.split(";")[0]!.trim();
+    if (r.exitCode !== 0 || !/^\d+$/.test(engineId)) {
+      throw new Error(`sbatch refused job ${job.id}: ${(r.stderr || r.stdout || `exit ${r.exitCode}`).trim().split("\n").pop()}`);
+    }
+    this.exitFiles.set(engineId, exitFilePath(job));
+    return { engineId };
+  }
+
+  /** For a process that did not submit the job (`eval status`, a resumed `eval`): where its exit file is. */
+  track(engineId: string, job: Pick<JobSpec, "stdoutPath">): void {
+    this.exitFiles.set(engineId, exitFilePath(job));
+  }
+
+  async status(engineIds: string[]): Promise<JobStatus[]> {
+    const found = new Map<string, JobStatus>();
+    const ids = engineIds.filter((id) => /^\d+$/.test(id));
+    for (const s of await this.fromSqueue(ids)) found.set(s.engineId, s);
+    const rest = ids.filter((id) => !found.has(id));
+    if (rest.length > 0 && this.accounting) for (const s of await this.fromSacct(rest)) found.set(s.engineId, s);
+    return engineIds.map((id) => {
+      const known = found.get(id);
+      if (known) return known;
+      const file = this.exitFiles.get(id);
+      const rec = file ? readExitRecord(file, id) : null;
+      if (rec) {
+        const { state, reason } = stateFromExitRecord(rec);
+        return { engineId: id, state, exitCode: rec.exit_code, reason: `${reason} (exit file)` };
+      }
+      return { engineId: id, state: "unknown", exitCode: null, reason: "not in squeue, sacct or an exit file" };
+    });
+  }
+
+  /** squeue knows live jobs and, with --states=all, finished ones until MinJobAge; unknown ids are dropped. */
+  private async fromSqueue(ids: string[]): Promise<JobStatus[]> {
+    if (ids.length === 0) return [];
+    const fmt = "JobID:|,State:|,Reason:|,exit_code:|";
+    const r = await execa(this.bin("squeue"), ["--noheader", "--states=all", `--jobs=${ids.join(",")}`, "-O", fmt], { reject: false });
+    // One id the controller no longer knows fails the whole call when it is alone; ask one at a time then.
+    if (r.exitCode !== 0 && ids.length > 1) {
+      const each = await Promise.all(ids.map((id) => this.fromSqueue([id])));
+      return each.flat();
+    }
+    if (r.exitCode !== 0) {
+      if (/Invalid job id/i.test(r.stderr)) return [];
+      throw new Error(`squeue failed: ${r.stderr.trim().split("\n").pop() ?? `exit ${r.exitCode}`}`);
+    }
+    const out: JobStatus[] = [];
+    for (const line of r.stdout.split("\n")) {
+      const [id, st, reason, raw] = line.split("|").map((f) => f.trim());
+      if (!id || !st || !ids.includes(id)) continue;
+      const wait = Number(raw);
+      // squeue prints the wait status: exit code in the high byte, a killing signal in the low bits.
+      const exitCode = Number.isInteger(wait) && (wait & 0x7f) === 0 ? (wait >> 8) & 0xff : null;
+      const state = mapSlurmState(st);
+      out.push({ engineId: id, state, exitCode: FINAL.has(state) ? exitCode : null, reason: reason && reason !== "None" ? `${st} (${reason})` : st });
+    }
+    return out;
+  }
+
+  private async fromSacct(ids: string[]): Promise<JobStatus[]> {
+    const r = await execa(this.bin("sacct"), ["--noheader", "--parsable2", "--allocations", `--jobs=${ids.join(",")}`, "--format=JobIDRaw,State,ExitCode"], { reject: false });
+    if (r.exitCode !== 0 || /accounting storage is disabled/i.test(r.stdout + r.stderr)) {
+      if (/accounting storage is disabled|not running a supported accounting_storage plugin/i.test(r.stdout + r.stderr)) this.accounting = false;
+      return [];
+    }
+    const out: JobStatus[] = [];
+    for (const line of r.stdout.split("\n")) {
+      const [id, st, code] = line.split("|");
+      if (!id || !st || !ids.includes(id)) continue;
+      const [ec, sig] = (code ?? "").split(":").map(Number);
+      out.push({ engineId: id, state: mapSlurmState(st), exitCode: sig === 0 && Number.isInteger(ec) ? ec! : null, reason: `${st} (sacct)` });
+    }
+    return out;
+  }
+
+  async wait(engineId: string, signal?: AbortSignal): Promise<JobStatus> {
+    const interval = this.opts.pollIntervalMs ?? 2000;
+    let unknownPolls = 0;
+    for (;;) {
+      signal?.throwIfAborted();
+      const [s] = await this.status([engineId]);
+      if (FINAL.has(s!.state)) return s!;
+      // Unknown several times running: the controller forgot the job and nothing recorded its end.
+      unknownPolls = s!.state === "unknown" ? unknownPolls + 1 : 0;
+      if (unknownPolls >= 3) return s!;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(done, interval);
+        function done(): void {
+          clearTimeout(t);
+          signal?.removeEventListener("abort", done);
+          resolve();
+        }
+        signal?.addEventListener("abort", done, { once: true });
+      });
+    }
+  }
+
+  async cancel(engineId: string): Promise<void> {
+    if (!/^\d+$/.test(engineId)) throw new Error(`not a Slurm job id: ${JSON.stringify(engineId)}`);
+    const r = await execa(this.bin("scancel"), [engineId], { reject: false });
+    // A job that already ended is not an error to cancel.
+    if (r.exitCode !== 0 && !/Invalid job id|already completing or completed/i.test(r.stderr)) {
+      throw new Error(`scancel ${engineId} failed: ${r.stderr.trim().split("\n").pop() ?? `exit ${r.exitCode}`}`);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.exitFiles.clear();
+  }
+}
