@@ -1,0 +1,175 @@
+/**
+ * The Slurm engine against a real one-node cluster (.ci/slurm-setup.sh: slurmctld + slurmd + munged, no
+ * slurmdbd). The pure parts (quoting through a real /bin/sh, sbatch's argv, state mapping) run anywhere;
+ * the cluster parts skip without a cluster unless INFRADEV_REQUIRE_SLURM=1, which makes them fail.
+ */
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { JobSpec, JobStatus } from "../campaign/engine.js";
+import { SlurmEngine, mapSlurmState, stateFromExitRecord } from "../campaign/engines/slurm.js";
+import { batchScript, exitFilePath, sbatchArgv, shellQuote, type ExitRecord } from "../campaign/engines/slurm-script.js";
+import { slurmSuitePlan } from "./helpers/slurm.js";
+
+/** Words a shell would split, expand or execute if the quoting were wrong. */
+const HOSTILE = ["two words", "it's", '"double"', "$(touch PWNED)", "`touch PWNED2`", "line\nbreak", "", "*", "$HOME", "back\\slash", ";touch PWNED3;", "'", "%j", "-e", "tab\there", "ü ∑"];
+const WRITE_ARGS = "require('fs').writeFileSync(process.argv[1], JSON.stringify({argv: process.argv.slice(2), env: process.env.INFRADEV_T_ENV, cwd: process.cwd()}))";
+
+function jobIn(dir: string, id: string, argv: string[], extra: Partial<JobSpec> = {}): JobSpec {
+  return { id, argv, cwd: dir, gpus: 0, cpus: 1, timeLimitSec: 120, stdoutPath: join(dir, `${id}.out`), stderrPath: join(dir, `${id}.err`), ...extra };
+}
+
+describe("batch script and sbatch argv (no cluster needed)", () => {
+  it("the batch script hands every hostile word to the command unchanged (real /bin/sh)", () => {
+    const dir = mkdtempSync(join(tmpdir(), "infradev slurm q '"));
+    try {
+      const result = join(dir, "argv.json");
+      const job = jobIn(dir, "quote", [process.execPath, "-e", WRITE_ARGS, result, ...HOSTILE], { env: { INFRADEV_T_ENV: "a,b=c $(x) 'q'\nz" } });
+      const script = join(dir, "job.sh");
+      writeFileSync(script, batchScript(job));
+      execFileSync("/bin/sh", [script], { cwd: tmpdir(), env: { ...process.env, SLURM_JOB_ID: "77" } });
+      const got = JSON.parse(readFileSync(result, "utf8")) as { argv: string[]; env: string; cwd: string };
+      expect(got.argv).toEqual(HOSTILE);
+      expect(got.env).toBe("a,b=c $(x) 'q'\nz");
+      expect(got.cwd).toBe(dir);
+      for (const f of ["PWNED", "PWNED2", "PWNED3"]) expect(existsSync(join(dir, f))).toBe(false);
+      const rec = JSON.parse(readFileSync(exitFilePath(job), "utf8")) as ExitRecord;
+      expect(rec).toMatchObject({ job_id: "77", exit_code: 0, signal: null, limit_s: 120 });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("shellQuote survives a round trip through sh for every single hostile word", () => {
+    for (const w of HOSTILE) expect(execFileSync("/bin/sh", ["-c", `printf %s ${shellQuote(w)}`], { encoding: "utf8" })).toBe(w);
+    expect(() => shellQuote("a\0b")).toThrow(/NUL/);
+  });
+
+  it("sbatch's argv carries the job's resources, options and extra words; bad values are refused by name", () => {
+    const job = jobIn("/c", "t--a--r1", ["/usr/bin/node", "x"], { gpus: 4, cpus: 8, timeLimitSec: 9001 });
+    const args = sbatchArgv(job, { partition: "gpu", account: "proj1", qos: "high", sbatchArgs: ["--exclusive", "--time=5"] });
+    expect(args).toEqual(expect.arrayContaining(["--parsable", "--job-name=infradev-t--a--r1", "--output=/c/t--a--r1.out", "--error=/c/t--a--r1.err", "--chdir=/c", "--time=151", "--cpus-per-task=8", "--gres=gpu:4", "--partition=gpu", "--account=proj1", "--qos=high"]));
+    expect(args.slice(-2)).toEqual(["--exclusive", "--time=5"]);
+    expect(sbatchArgv(jobIn("/c", "cpu", ["/bin/true"])).some((a) => a.startsWith("--gres"))).toBe(false);
+    expect(() => sbatchArgv(jobIn("/c", "x", ["node"]))).toThrow(/argv\[0\] must be an absolute path/);
+    expect(() => sbatchArgv(jobIn("/c", "x", ["/bin/true"], { stdoutPath: "/c/%j.out" }))).toThrow(/stdoutPath.*'%'/);
+    expect(() => sbatchArgv(jobIn("/c", "x", ["/bin/true"], { env: { "A B": "1" } }))).toThrow(/env name "A B"/);
+    expect(() => sbatchArgv(jobIn("/c", "x", ["/bin/true"]), { partition: "--wrap=id" })).toThrow(/--partition "--wrap=id"/);
+    expect(() => sbatchArgv(jobIn("/c", "bad id", ["/bin/true"]))).toThrow(/job id "bad id"/);
+  });
+
+  it("Slurm's state names map onto the engine's states", () => {
+    expect(["PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED by 0", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "CANCELLED+", "WEIRD"].map(mapSlurmState)).toEqual(
+      ["queued", "running", "running", "done", "failed", "cancelled", "timeout", "failed", "failed", "cancelled", "unknown"],
+    );
+    expect(stateFromExitRecord({ job_id: "1", exit_code: 143, signal: "TERM", elapsed_s: 81, limit_s: 60 }).state).toBe("timeout");
+    expect(stateFromExitRecord({ job_id: "1", exit_code: 143, signal: "TERM", elapsed_s: 3, limit_s: 60 }).state).toBe("cancelled");
+    expect(stateFromExitRecord({ job_id: "1", exit_code: 2, signal: null, elapsed_s: 3, limit_s: 60 }).state).toBe("failed");
+  });
+});
+
+const plan = slurmSuitePlan();
+
+describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
+  let dir: string;
+  const engine = new SlurmEngine({ pollIntervalMs: 500 });
+  /** Jobs the tests submitted, cancelled at the end whatever happened. */
+  const submitted: string[] = [];
+
+  beforeAll(() => {
+    if (!plan.reachable) throw new Error(plan.whyNot);
+    // The campaign folder must be on a filesystem the node sees: here the node is this host.
+    dir = mkdtempSync(join(tmpdir(), "infradev-slurm-"));
+  });
+  afterAll(async () => {
+    for (const id of submitted) await engine.cancel(id).catch(() => undefined);
+    await engine.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function submit(job: JobSpec): Promise<string> {
+    const { engineId } = await engine.submit(job);
+    submitted.push(engineId);
+    return engineId;
+  }
+
+  async function until(id: string, pred: (s: JobStatus) => boolean, ms = 60_000): Promise<JobStatus> {
+    const end = Date.now() + ms;
+    for (;;) {
+      const [s] = await engine.status([id]);
+      if (pred(s!)) return s!;
+      if (Date.now() > end) throw new Error(`job ${id}: still ${s!.state} after ${ms} ms`);
+      await new Promise((r) => setTimeout(r, 300));
+    }
+  }
+
+  /** The exit file's verdict must agree with what Slurm itself says (it is the fallback without sacct). */
+  function exitFileAgrees(job: JobSpec, id: string, st: JobStatus): void {
+    const rec = JSON.parse(readFileSync(exitFilePath(job), "utf8")) as ExitRecord;
+    expect(rec.job_id).toBe(id);
+    expect(stateFromExitRecord(rec).state).toBe(st.state);
+  }
+
+  // Runs beside the others: Slurm checks time limits every 30 s, so this one takes 60-90 s.
+  it.concurrent("a job over its --time ends TIMEOUT → state timeout; the exit file says so too", async () => {
+    const job = jobIn(dir, "over-limit", ["/bin/sleep", "300"], { timeLimitSec: 1 });
+    const id = await submit(job);
+    const t0 = Date.now();
+    const st = await engine.wait(id);
+    expect(st.state).toBe("timeout");
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(60_000);
+    exitFileAgrees(job, id, st);
+  }, 180_000);
+
+  it.concurrent("a job's argv with hostile words runs exactly, in its cwd, with its env; done with exit code 0", async () => {
+    const cwd = join(dir, "a dir with 'quotes' and spaces");
+    mkdirSync(cwd, { recursive: true });
+    const result = join(dir, "hostile.json");
+    const job = jobIn(cwd, "hostile", [process.execPath, "-e", WRITE_ARGS, result, ...HOSTILE], { env: { INFRADEV_T_ENV: "x,y=z $(no)" } });
+    const id = await submit(job);
+    const st = await engine.wait(id);
+    expect(st).toMatchObject({ engineId: id, state: "done", exitCode: 0 });
+    const got = JSON.parse(readFileSync(result, "utf8")) as { argv: string[]; env: string; cwd: string };
+    expect(got.argv).toEqual(HOSTILE);
+    expect(got.env).toBe("x,y=z $(no)");
+    expect(got.cwd).toBe(cwd);
+    for (const f of ["PWNED", "PWNED2", "PWNED3"]) expect(existsSync(join(cwd, f))).toBe(false);
+    exitFileAgrees(job, id, st);
+  }, 120_000);
+
+  it.concurrent("a failing job is failed with its exit code; stdout and stderr land at the job's paths", async () => {
+    const job = jobIn(dir, "fails", ["/bin/sh", "-c", "echo to-out; echo to-err >&2; exit 3"]);
+    const id = await submit(job);
+    const st = await engine.wait(id);
+    expect(st).toMatchObject({ state: "failed", exitCode: 3 });
+    expect(readFileSync(job.stdoutPath, "utf8")).toBe("to-out\n");
+    expect(readFileSync(job.stderrPath, "utf8")).toBe("to-err\n");
+    exitFileAgrees(job, id, st);
+  }, 120_000);
+
+  it.concurrent("status of a held job is queued, of a sleeping one running; scancel → cancelled", async () => {
+    const held = await engine.submit(jobIn(dir, "held", ["/bin/true"]));
+    submitted.push(held.engineId);
+    // A held job stays PENDING whatever the node's load; --hold goes through the extra sbatch words.
+    const holding = new SlurmEngine({ pollIntervalMs: 500, sbatchArgs: ["--hold"] });
+    const held2 = await holding.submit(jobIn(dir, "held2", ["/bin/true"]));
+    submitted.push(held2.engineId);
+    expect((await engine.status([held2.engineId]))[0]!.state).toBe("queued");
+    await engine.cancel(held2.engineId);
+    expect((await engine.wait(held2.engineId)).state).toBe("cancelled");
+    expect((await engine.wait(held.engineId)).state).toBe("done");
+
+    const sleeper = jobIn(dir, "sleeper", ["/bin/sleep", "120"]);
+    const id = await submit(sleeper);
+    await until(id, (s) => s.state === "running");
+    const [mixed] = await Promise.all([engine.status([id, "999999999", held.engineId])]);
+    expect(mixed!.map((s) => s.state)).toEqual(["running", "unknown", "done"]);
+    await engine.cancel(id);
+    const st = await engine.wait(id);
+    expect(st.state).toBe("cancelled");
+    exitFileAgrees(sleeper, id, st);
+    await engine.cancel(id); // cancelling an ended job is not an error
+  }, 120_000);
+});
