@@ -178,8 +178,12 @@ export function registerGradeCommands(program: Command): void {
     .option("--force", "grade again: ignore a complete earlier result of this submission and its session files (gold's cached calibration is kept; calibrate --force re-runs it)")
     .option("--out <dir>", `results folder: <out>/<task_id>/<submission-hash>/result.json (default from $INFRADEV_RESULTS_DIR, else $XDG_STATE_HOME/infradev/results or ~/.local/state/infradev/results; never inside the package)`, parseOut, defaultResultsDir())
     .option("--ranks <n>", RANKS_HELP, parseRanks)
-    .option("--json", "print the result as one JSON object on stdout");
-  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; patch?: string; allowMissingPatch?: boolean; force?: boolean; ranks?: number }) => {
+    .option("--json", "print the result as one JSON object on stdout")
+    .option("--junit <file>", "also write the grade as JUnit XML (one testcase per graded case, one testsuite per suite: official, probe) for CI test reports", (v: string) => {
+      if (!v.trim()) throw new InvalidArgumentError("expected a file path");
+      return v;
+    });
+  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; patch?: string; allowMissingPatch?: boolean; force?: boolean; ranks?: number; junit?: string }) => {
     const [{ loadGraderTask }, { gradeSubmission }] = await Promise.all([import("../tasks/loader.js"), import("../grader/grade.js")]);
     const task = loadGraderTask(opts.task, opts.tasksDir);
     const patchFile = opts.patch ? resolve(opts.patch) : null;
@@ -198,6 +202,7 @@ export function registerGradeCommands(program: Command): void {
       onProgress: progressToStderr(`[grade ${task.id}] `),
     });
     const resultPath = resolve(out.artifactDir, "result.json");
+    if (opts.junit) (await import("../grader/junit-report.js")).writeJunitReport(resolve(opts.junit), out.result, out.artifactDir);
     process.stdout.write(opts.json ? `${JSON.stringify(out.result, null, 2)}\n` : `${formatResult(out.result, resultPath, readJsonFile<RevertSummary>(resolve(out.artifactDir, "meta.json")) ?? {})}\n`);
     // A harness fault is not a verdict on the submission: a distinct exit code lets scripts retry.
     if (out.result.status === "harness_fault") process.exitCode = 3;
