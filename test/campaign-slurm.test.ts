@@ -144,21 +144,35 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
     const id = await submit(job);
     const st = await engine.wait(id);
     expect(st).toMatchObject({ state: "failed", exitCode: 3 });
-    expect(readFileSync(job.stdoutPath, "utf8")).toBe("to-out\n");
-    expect(readFileSync(job.stderrPath, "utf8")).toBe("to-err\n");
+    // After the engine's header line: the command's own output, and nothing of the other stream.
+    expect(readFileSync(job.stdoutPath, "utf8")).toMatch(new RegExp(`^=== \\S+ slurm engine: job fails \\(${id}\\) on \\S+\nto-out\n$`));
+    expect(readFileSync(job.stderrPath, "utf8")).toMatch(/^=== .*\nto-err\n$/);
     exitFileAgrees(job, id, st);
   }, 120_000);
 
-  it.concurrent("status of a held job is queued, of a sleeping one running; scancel → cancelled", async () => {
+  it.concurrent("status of a held job is queued, of a sleeping one running; scancel → cancelled; a live job is adopted, not doubled", async () => {
     const held = await engine.submit(jobIn(dir, "held", ["/bin/true"]));
     submitted.push(held.engineId);
     // A held job stays PENDING whatever the node's load; --hold goes through the extra sbatch words.
-    const holding = new SlurmEngine({ pollIntervalMs: 500, sbatchArgs: ["--hold"] });
-    const held2 = await holding.submit(jobIn(dir, "held2", ["/bin/true"]));
-    submitted.push(held2.engineId);
-    expect((await engine.status([held2.engineId]))[0]!.state).toBe("queued");
-    await engine.cancel(held2.engineId);
-    expect((await engine.wait(held2.engineId)).state).toBe("cancelled");
+    const seen: string[] = [];
+    const holding = new SlurmEngine({ pollIntervalMs: 500, sbatchArgs: ["--hold"], onState: (j, st) => seen.push(`${j.id}:${st.state}`) });
+    const spec = jobIn(dir, "held2", ["/bin/true"]);
+    const first = await holding.submit(spec);
+    submitted.push(first.engineId);
+    expect((await engine.status([first.engineId]))[0]!.state).toBe("queued");
+    // The same job again (same name and stdout path), from this process or a fresh one: the live job is reused.
+    expect((await holding.submit(spec)).engineId).toBe(first.engineId);
+    expect((await new SlurmEngine().submit(spec)).engineId).toBe(first.engineId);
+    // Another stdout path is another job.
+    const elsewhere = await holding.submit({ ...spec, stdoutPath: join(dir, "held2-other.out") });
+    submitted.push(elsewhere.engineId);
+    expect(elsewhere.engineId).not.toBe(first.engineId);
+    // One report per job and state: the adoption of a job it already reported adds none.
+    expect(seen).toEqual(["held2:queued", "held2:queued"]);
+    // close() ends what this engine submitted and is still live.
+    await holding.close();
+    expect((await engine.wait(first.engineId)).state).toBe("cancelled");
+    expect((await engine.wait(elsewhere.engineId)).state).toBe("cancelled");
     expect((await engine.wait(held.engineId)).state).toBe("done");
 
     const sleeper = jobIn(dir, "sleeper", ["/bin/sleep", "120"]);

@@ -8,10 +8,14 @@
  */
 import { readFileSync, rmSync } from "node:fs";
 import { execa } from "execa";
-import type { Engine, JobSpec, JobState, JobStatus } from "../engine.js";
+import type { Engine, EngineOptions, JobSpec, JobState, JobStatus } from "../engine.js";
 import { batchScript, exitFilePath, sbatchArgv, type ExitRecord, type SlurmSubmitOptions } from "./slurm-script.js";
 
-export interface SlurmEngineOptions extends SlurmSubmitOptions {
+/**
+ * `concurrency` is not used: on a cluster the scheduler (partition, QOS and account limits) decides how
+ * many jobs run at once. `onState` is called on every state change this process observes.
+ */
+export interface SlurmEngineOptions extends EngineOptions, SlurmSubmitOptions {
   /** How often `wait` polls (ms); default 2000. */
   pollIntervalMs?: number;
   /** Folder holding sbatch/squeue/sacct/scancel; default: found on PATH. */
@@ -66,6 +70,8 @@ export class SlurmEngine implements Engine {
   private readonly opts: SlurmEngineOptions;
   /** Exit files of the jobs this process submitted or was told about (`track`). */
   private readonly exitFiles = new Map<string, string>();
+  /** Jobs this process submitted (or adopted), their spec and the last state it reported. */
+  private readonly mine = new Map<string, { spec: JobSpec; state: JobState | null }>();
   /** false once sacct said accounting is off: not asked again. */
   private accounting = true;
 
@@ -77,9 +83,21 @@ export class SlurmEngine implements Engine {
     return this.opts.binDir ? `${this.opts.binDir}/${name}` : name;
   }
 
+  /**
+   * Submitting a job whose earlier job (same name, same stdout path) is still queued or running adopts
+   * that one instead of starting a second writer into the same run folder: a campaign process that died
+   * (its login session closed) leaves its jobs running, and the next `eval` picks them up.
+   */
   async submit(job: JobSpec): Promise<{ engineId: string }> {
     const args = sbatchArgv(job, this.opts);
     const script = batchScript(job);
+    const live = await this.liveJobFor(job);
+    if (live) {
+      this.exitFiles.set(live.engineId, exitFilePath(job));
+      if (!this.mine.has(live.engineId)) this.mine.set(live.engineId, { spec: job, state: null });
+      this.report(live.engineId, live, { slurm_job_id: live.engineId, adopted: true });
+      return { engineId: live.engineId };
+    }
     rmSync(exitFilePath(job), { force: true });
     const r = await execa(this.bin("sbatch"), args, { input: script, reject: false, stripFinalNewline: true });
     const engineId = r.stdout.split(";")[0]!.trim();
@@ -87,7 +105,30 @@ export class SlurmEngine implements Engine {
       throw new Error(`sbatch refused job ${job.id}: ${(r.stderr || r.stdout || `exit ${r.exitCode}`).trim().split("\n").pop()}`);
     }
     this.exitFiles.set(engineId, exitFilePath(job));
+    this.mine.set(engineId, { spec: job, state: null });
+    this.report(engineId, { engineId, state: "queued", exitCode: null, reason: null }, { slurm_job_id: engineId, submitted_at: new Date().toISOString() });
     return { engineId };
+  }
+
+  private async liveJobFor(job: JobSpec): Promise<JobStatus | null> {
+    const r = await execa(this.bin("squeue"), ["--noheader", `--name=infradev-${job.id}`, "--states=PENDING,RUNNING,CONFIGURING,SUSPENDED,REQUEUED", "-O", "JobID:|,State:|,STDOUT:|"], { reject: false });
+    if (r.exitCode !== 0) return null;
+    for (const line of r.stdout.split("\n")) {
+      const [id, st, out] = line.split("|").map((f) => f.trim());
+      if (id && st && out === job.stdoutPath) return { engineId: id, state: mapSlurmState(st), exitCode: null, reason: `${st} (adopted)` };
+    }
+    return null;
+  }
+
+  private report(engineId: string, status: JobStatus, extra: Record<string, unknown> = {}): void {
+    const m = this.mine.get(engineId);
+    if (!m || m.state === status.state) return;
+    m.state = status.state;
+    try {
+      this.opts.onState?.(m.spec, { ...status }, extra);
+    } catch {
+      // Bookkeeping must not stop the engine; the campaign folder says what is missing.
+    }
   }
 
   /** For a process that did not submit the job (`eval status`, a resumed `eval`): where its exit file is. */
@@ -163,6 +204,7 @@ export class SlurmEngine implements Engine {
     for (;;) {
       signal?.throwIfAborted();
       const [s] = await this.status([engineId]);
+      this.report(engineId, s!, FINAL.has(s!.state) ? { ended_at: new Date().toISOString() } : {});
       if (FINAL.has(s!.state)) return s!;
       // Unknown several times running: the controller forgot the job and nothing recorded its end.
       unknownPolls = s!.state === "unknown" ? unknownPolls + 1 : 0;
@@ -188,7 +230,17 @@ export class SlurmEngine implements Engine {
     }
   }
 
+  /**
+   * Cancels the jobs this process submitted that are still queued or running (as the local engine
+   * does), so an interrupted `eval` leaves nothing behind; jobs of a campaign process that was killed
+   * outright keep running, and the next `eval` adopts them (submit).
+   */
   async close(): Promise<void> {
+    const live = [...this.mine.entries()].filter(([, m]) => m.state === null || !FINAL.has(m.state)).map(([id]) => id);
+    if (live.length > 0) {
+      for (const s of await this.status(live)) if (!FINAL.has(s.state) && s.state !== "unknown") await this.cancel(s.engineId).catch(() => undefined);
+    }
+    this.mine.clear();
     this.exitFiles.clear();
   }
 }
