@@ -16,6 +16,7 @@ type Register = (program: Command) => void;
 export const COMMANDS: ReadonlyArray<{ name: string; aliases?: string[]; summary: string; load: () => Promise<Register> }> = [
   { name: "tasks", aliases: ["task"], summary: "list, inspect and check tasks (task check: the author's acceptance check)", load: async () => (await import("./tasks.js")).registerTasksCommands },
   { name: "grade", summary: "grade one patch against gold's calibration (Set A and Set B)", load: async () => (await import("./grade.js")).registerGradeCommands },
+  { name: "run", summary: "run an agent harness (Codex, OpenCode) on one task, then grade its patch", load: async () => (await import("./run.js")).registerRunCommands },
   { name: "calibrate", summary: "run the golden patch 3× here and cache which cases it passes", load: async () => (await import("./calibrate.js")).registerCalibrateCommands },
   { name: "demo", summary: "grade golden, adversarial, hollow, base and empty patches of every task runnable here; one table", load: async () => (await import("./demo.js")).registerDemoCommands },
   { name: "serve", summary: "serve one task to an MCP client (stdio, or Streamable HTTP with --http)", load: async () => (await import("./serve.js")).registerServeCommands },
