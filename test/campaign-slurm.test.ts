@@ -4,14 +4,26 @@
  * the cluster parts skip without a cluster unless INFRADEV_REQUIRE_SLURM=1, which makes them fail.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { JobSpec, JobStatus } from "../campaign/engine.js";
+import type { Engine, JobSpec, JobStatus } from "../campaign/engine.js";
+import { LocalEngine } from "../campaign/engines/local.js";
 import { SlurmEngine, mapSlurmState, stateFromExitRecord } from "../campaign/engines/slurm.js";
 import { batchScript, exitFilePath, sbatchArgv, shellQuote, type ExitRecord } from "../campaign/engines/slurm-script.js";
+import type { RunRecord } from "../campaign/types.js";
+import { packageRoot } from "../lib/paths.js";
+import { ensureBuilt } from "./helpers/backends.js";
 import { slurmSuitePlan } from "./helpers/slurm.js";
+
+/** dist/ up to date, campaign/ included (ensureBuilt watches the other source folders). */
+function ensureBuiltWithCampaign(): string {
+  const cli = ensureBuilt();
+  const newest = (d: string): number => Math.max(statSync(d).mtimeMs, ...readdirSync(d, { withFileTypes: true }).map((e) => (e.isDirectory() ? newest(join(d, e.name)) : statSync(join(d, e.name)).mtimeMs)));
+  if (newest(join(packageRoot(), "campaign")) > statSync(cli).mtimeMs) execFileSync("npm", ["run", "--silent", "build"], { cwd: packageRoot(), stdio: "inherit" });
+  return cli;
+}
 
 /** Words a shell would split, expand or execute if the quoting were wrong. */
 const HOSTILE = ["two words", "it's", '"double"', "$(touch PWNED)", "`touch PWNED2`", "line\nbreak", "", "*", "$HOME", "back\\slash", ";touch PWNED3;", "'", "%j", "-e", "tab\there", "ü ∑"];
@@ -186,4 +198,80 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
     exitFileAgrees(sleeper, id, st);
     await engine.cancel(id); // cancelling an ended job is not an error
   }, 120_000);
+});
+
+/** Runs of `infradev run` for 2 tasks × 2 stand-in agents, as `eval` builds them (one job per run). */
+const TASKS = [["tiny-mean", "test/fixtures/grader/tasks"], ["check-mean", "test/fixtures/check/tasks"]] as const;
+const AGENTS = [["gold", "codex", "standin:golden"], ["adv", "opencode", "standin:adversarial"]] as const;
+
+describe.skipIf(!plan.run)("a campaign of `infradev run` jobs on Slurm matches the same campaign run locally", () => {
+  let root: string;
+  let cli: string;
+  let tasksDir: string;
+  let cal: string;
+
+  beforeAll(() => {
+    if (!plan.reachable) throw new Error(plan.whyNot);
+    cli = ensureBuiltWithCampaign();
+    root = mkdtempSync(join(tmpdir(), "infradev-slurm-campaign-"));
+    tasksDir = join(root, "tasks");
+    for (const [id, from] of TASKS) cpSync(join(packageRoot(), from, id), join(tasksDir, id), { recursive: true });
+    cal = join(root, "calibration");
+    // Gold calibrated once up front (as eval does), so the compared campaigns grade against the same gold.
+    for (const [id] of TASKS) execFileSync(process.execPath, [cli, "calibrate", "--task", id, "--tasks-dir", tasksDir, "--calibration-dir", cal], { stdio: "pipe" });
+  }, 300_000);
+  afterAll(() => {
+    if (root) rmSync(root, { recursive: true, force: true });
+  });
+
+  function jobs(campaign: string, extra: string[] = []): JobSpec[] {
+    return TASKS.flatMap(([task]) =>
+      AGENTS.map(([name, harness, model]) => {
+        const id = `${task}--${name}--r1`;
+        const argv = [process.execPath, cli, "run", "--task", task, "--tasks-dir", tasksDir, "--agent", harness, "--model", model, "--name", name, "--out", join(campaign, "runs", id), "--calibration-dir", cal, "--time-limit-min", "5", ...extra];
+        return { id, argv, cwd: campaign, gpus: 0, cpus: 1, timeLimitSec: 900, stdoutPath: join(campaign, "logs", `${id}.out`), stderrPath: join(campaign, "logs", `${id}.err`) };
+      }),
+    );
+  }
+
+  async function runAll(engine: Engine, specs: JobSpec[]): Promise<JobStatus[]> {
+    const ids = [];
+    for (const s of specs) {
+      mkdirSync(dirname(s.stdoutPath), { recursive: true });
+      ids.push((await engine.submit(s)).engineId);
+    }
+    return Promise.all(ids.map((id) => engine.wait(id)));
+  }
+
+  /** What must agree between the two campaigns: per run, the exit reason and the grade's verdicts. */
+  function outcome(campaign: string): Record<string, unknown> {
+    const out: Record<string, unknown> = {};
+    for (const id of readdirSync(join(campaign, "runs")).sort()) {
+      const run = JSON.parse(readFileSync(join(campaign, "runs", id, "run.json"), "utf8")) as RunRecord;
+      const g = JSON.parse(readFileSync(join(campaign, "runs", id, "grade.json"), "utf8")) as { status: string; passed: number; n_cases: number; official: { resolved: boolean }; with_probes: { resolved: boolean } };
+      out[id] = { exit: run.exit_reason, submitted: run.submitted, status: g.status, passed: `${g.passed}/${g.n_cases}`, setA: g.official.resolved, setB: g.with_probes.resolved };
+    }
+    return out;
+  }
+
+  it("all 4 runs finish on Slurm with the local campaign's grades; a cancelled job's run is resumed; over-limit is timeout", async () => {
+    const local = join(root, "local");
+    const t0 = Date.now();
+    const localStates = await runAll(new LocalEngine({ concurrency: 2 }), jobs(local));
+    const localWall = Date.now() - t0;
+    expect(localStates.map((s) => s.state)).toEqual(["done", "done", "done", "done"]);
+
+    const onSlurm = join(root, "slurm");
+    const engine = new SlurmEngine({ pollIntervalMs: 500 });
+    const t1 = Date.now();
+    const slurmStates = await runAll(engine, jobs(onSlurm));
+    const slurmWall = Date.now() - t1;
+    expect(slurmStates.map((s) => s.state)).toEqual(["done", "done", "done", "done"]);
+    const expected = outcome(local);
+    expect(Object.keys(expected)).toHaveLength(4);
+    // The golden agent resolves both tasks on Set A and B; the adversarial one passes A on neither's probes.
+    expect(Object.values(expected).map((o) => (o as { setB: boolean }).setB)).toEqual([false, true, false, true]);
+    expect(outcome(onSlurm)).toEqual(expected);
+    console.log(`[campaign-slurm] 4 runs: local (concurrency 2) ${(localWall / 1000).toFixed(1)} s, slurm (2 CPUs) ${(slurmWall / 1000).toFixed(1)} s, ratio ${(slurmWall / localWall).toFixed(2)}`);
+  }, 600_000);
 });
