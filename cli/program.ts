@@ -17,6 +17,8 @@ export const COMMANDS: ReadonlyArray<{ name: string; aliases?: string[]; summary
   { name: "tasks", aliases: ["task"], summary: "list, inspect and check tasks (task check: the author's acceptance check)", load: async () => (await import("./tasks.js")).registerTasksCommands },
   { name: "grade", summary: "grade one patch against gold's calibration (Set A and Set B)", load: async () => (await import("./grade.js")).registerGradeCommands },
   { name: "run", summary: "run an agent harness (Codex, OpenCode) on one task, then grade its patch", load: async () => (await import("./run.js")).registerRunCommands },
+  { name: "eval", summary: "run agents × tasks (× repeats) as jobs on an engine into one campaign folder, in parallel, resumable; eval status", load: async () => (await import("./eval.js")).registerEvalCommands },
+  { name: "grade-many", summary: "grade many submissions made elsewhere (predictions JSONL or a folder) in parallel into a campaign folder; resumable", load: async () => (await import("./grade-many.js")).registerGradeManyCommands },
   { name: "calibrate", summary: "run the golden patch 3× here and cache which cases it passes", load: async () => (await import("./calibrate.js")).registerCalibrateCommands },
   { name: "demo", summary: "grade golden, adversarial, hollow, base and empty patches of every task runnable here; one table", load: async () => (await import("./demo.js")).registerDemoCommands },
   { name: "serve", summary: "serve one task to an MCP client (stdio, or Streamable HTTP with --http)", load: async () => (await import("./serve.js")).registerServeCommands },

@@ -17,7 +17,7 @@ import type { Engine, EngineOptions, JobSpec, JobState, JobStatus } from "../eng
  * ends the whole group: SIGTERM, then SIGKILL after KILL_GRACE_MS.
  */
 
-export const KILL_GRACE_MS = 5_000;
+export const KILL_GRACE_MS = 8_000;
 
 /**
  * The watchdog (plain JavaScript, no imports of ours: it must run from the sources and from dist
@@ -191,9 +191,6 @@ export class LocalEngine implements Engine {
       if (err !== undefined && err !== out) closeSync(err);
     }
     const child = job.child;
-    // The pipe is the watchdog's lifeline; it must not keep this process alive by itself.
-    (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
-    child.unref();
     job.status = { ...job.status, state: "running" };
     this.report(job, { pid: child.pid, started_at: new Date().toISOString(), gpus: job.gpus });
     job.timer = setTimeout(() => this.endGroup(job, "timeout"), spec.timeLimitSec * 1000);
