@@ -56,7 +56,15 @@ export interface EngineOptions {
    */
   onState?: (job: JobSpec, status: JobStatus, extra: Record<string, unknown>) => void;
   /** The slurm engine's settings (`--partition`, `--account`, `--qos`, `--sbatch-arg`; poll interval). */
-  slurm?: { partition?: string; account?: string; qos?: string; sbatchArgs?: string[]; pollIntervalMs?: number };
+  slurm?: {
+    partition?: string;
+    account?: string;
+    qos?: string;
+    sbatchArgs?: string[];
+    pollIntervalMs?: number;
+    /** stdout paths of jobs an earlier process submitted (engine id → path): their exit files. */
+    jobOutputs?: Record<string, string>;
+  };
 }
 
 export type EngineFactory = (opts: EngineOptions) => Promise<Engine>;

@@ -20,6 +20,8 @@ export interface SlurmEngineOptions extends EngineOptions, SlurmSubmitOptions {
   pollIntervalMs?: number;
   /** Folder holding sbatch/squeue/sacct/scancel; default: found on PATH. */
   binDir?: string;
+  /** stdout paths of jobs an earlier process submitted (engine id → path), for their exit files. */
+  jobOutputs?: Record<string, string>;
 }
 
 const FINAL: ReadonlySet<JobState> = new Set(["done", "failed", "cancelled", "timeout"]);
@@ -77,6 +79,7 @@ export class SlurmEngine implements Engine {
 
   constructor(opts: SlurmEngineOptions = {}) {
     this.opts = opts;
+    for (const [id, stdoutPath] of Object.entries(opts.jobOutputs ?? {})) this.track(id, { stdoutPath });
   }
 
   private bin(name: string): string {
@@ -106,7 +109,7 @@ export class SlurmEngine implements Engine {
     }
     this.exitFiles.set(engineId, exitFilePath(job));
     this.mine.set(engineId, { spec: job, state: null });
-    this.report(engineId, { engineId, state: "queued", exitCode: null, reason: null }, { slurm_job_id: engineId, submitted_at: new Date().toISOString() });
+    this.report(engineId, { engineId, state: "queued", exitCode: null, reason: null }, { slurm_job_id: engineId, stdout_path: job.stdoutPath });
     return { engineId };
   }
 
