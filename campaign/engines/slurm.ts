@@ -6,7 +6,8 @@
  * accounting), and the exit file the batch script writes next to the job's stdout (a cluster without
  * slurmdbd, or a job the controller has forgotten). Every Slurm command runs as an argv array.
  */
-import { readFileSync, rmSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync } from "node:fs";
+import { dirname } from "node:path";
 import { execa } from "execa";
 import type { Engine, EngineOptions, JobSpec, JobState, JobStatus } from "../engine.js";
 import { batchScript, exitFilePath, sbatchArgv, type ExitRecord, type SlurmSubmitOptions } from "./slurm-script.js";
@@ -102,6 +103,8 @@ export class SlurmEngine implements Engine {
       return { engineId: live.engineId };
     }
     rmSync(exitFilePath(job), { force: true });
+    // Slurm opens the job's stdout/stderr on the node and fails the launch when their folder is missing.
+    for (const p of [job.stdoutPath, job.stderrPath]) mkdirSync(dirname(p), { recursive: true });
     const r = await execa(this.bin("sbatch"), args, { input: script, reject: false, stripFinalNewline: true });
     const engineId = r.stdout.split(";")[0]!.trim();
     if (r.exitCode !== 0 || !/^\d+$/.test(engineId)) {
