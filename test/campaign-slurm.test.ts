@@ -3,16 +3,14 @@
  * slurmdbd). The pure parts (quoting through a real /bin/sh, sbatch's argv, state mapping) run anywhere;
  * the cluster parts skip without a cluster unless INFRADEV_REQUIRE_SLURM=1, which makes them fail.
  */
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Engine, JobSpec, JobStatus } from "../campaign/engine.js";
-import { LocalEngine } from "../campaign/engines/local.js";
+import type { JobSpec, JobStatus } from "../campaign/engine.js";
 import { SlurmEngine, mapSlurmState, stateFromExitRecord } from "../campaign/engines/slurm.js";
 import { batchScript, exitFilePath, sbatchArgv, shellQuote, type ExitRecord } from "../campaign/engines/slurm-script.js";
-import type { RunRecord } from "../campaign/types.js";
 import { packageRoot } from "../lib/paths.js";
 import { ensureBuilt } from "./helpers/backends.js";
 import { slurmSuitePlan } from "./helpers/slurm.js";
@@ -124,17 +122,6 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
     expect(stateFromExitRecord(rec).state).toBe(st.state);
   }
 
-  // Runs beside the others: Slurm checks time limits every 30 s, so this one takes 60-90 s.
-  it.concurrent("a job over its --time ends TIMEOUT → state timeout; the exit file says so too", async () => {
-    const job = jobIn(dir, "over-limit", ["/bin/sleep", "300"], { timeLimitSec: 1 });
-    const id = await submit(job);
-    const t0 = Date.now();
-    const st = await engine.wait(id);
-    expect(st.state).toBe("timeout");
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(60_000);
-    exitFileAgrees(job, id, st);
-  }, 180_000);
-
   it.concurrent("a job's argv with hostile words runs exactly, in its cwd, with its env; done with exit code 0", async () => {
     const cwd = join(dir, "a dir with 'quotes' and spaces");
     mkdirSync(cwd, { recursive: true });
@@ -200,11 +187,11 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
   }, 120_000);
 });
 
-/** Runs of `infradev run` for 2 tasks × 2 stand-in agents, as `eval` builds them (one job per run). */
 const TASKS = [["tiny-mean", "test/fixtures/grader/tasks"], ["check-mean", "test/fixtures/check/tasks"]] as const;
-const AGENTS = [["gold", "codex", "standin:golden"], ["adv", "opencode", "standin:adversarial"]] as const;
+const AGENTS = ["gold=codex:standin:golden", "adv=opencode:standin:adversarial"];
+type Row = { run_id: string; state: string; exit_reason: string | null; grade: string | null; resolved_a: boolean | null; resolved_b: boolean | null };
 
-describe.skipIf(!plan.run)("a campaign of `infradev run` jobs on Slurm matches the same campaign run locally", () => {
+describe.skipIf(!plan.run)("eval --engine slurm: 2 tasks × 2 stand-in agents, the same grades as a local campaign", () => {
   let root: string;
   let cli: string;
   let tasksDir: string;
@@ -216,62 +203,97 @@ describe.skipIf(!plan.run)("a campaign of `infradev run` jobs on Slurm matches t
     root = mkdtempSync(join(tmpdir(), "infradev-slurm-campaign-"));
     tasksDir = join(root, "tasks");
     for (const [id, from] of TASKS) cpSync(join(packageRoot(), from, id), join(tasksDir, id), { recursive: true });
+    // Gold calibrated once up front, shared: both campaigns grade against the same gold, and their walls
+    // measure the runs alone.
     cal = join(root, "calibration");
-    // Gold calibrated once up front (as eval does), so the compared campaigns grade against the same gold.
     for (const [id] of TASKS) execFileSync(process.execPath, [cli, "calibrate", "--task", id, "--tasks-dir", tasksDir, "--calibration-dir", cal], { stdio: "pipe" });
   }, 300_000);
   afterAll(() => {
     if (root) rmSync(root, { recursive: true, force: true });
   });
 
-  function jobs(campaign: string, extra: string[] = []): JobSpec[] {
-    return TASKS.flatMap(([task]) =>
-      AGENTS.map(([name, harness, model]) => {
-        const id = `${task}--${name}--r1`;
-        const argv = [process.execPath, cli, "run", "--task", task, "--tasks-dir", tasksDir, "--agent", harness, "--model", model, "--name", name, "--out", join(campaign, "runs", id), "--calibration-dir", cal, "--time-limit-min", "5", ...extra];
-        return { id, argv, cwd: campaign, gpus: 0, cpus: 1, timeLimitSec: 900, stdoutPath: join(campaign, "logs", `${id}.out`), stderrPath: join(campaign, "logs", `${id}.err`) };
-      }),
-    );
+  function evalArgs(out: string, more: string[]): string[] {
+    return [cli, "eval", "--tasks", TASKS.map(([id]) => id).join(","), "--tasks-dir", tasksDir, ...AGENTS.flatMap((a) => ["--agent", a]), "--time-limit-min", "5", "--calibration-dir", cal, "--out", out, ...more];
   }
-
-  async function runAll(engine: Engine, specs: JobSpec[]): Promise<JobStatus[]> {
-    const ids = [];
-    for (const s of specs) {
-      mkdirSync(dirname(s.stdoutPath), { recursive: true });
-      ids.push((await engine.submit(s)).engineId);
+  function evalCli(args: string[]): Promise<{ code: number | null; stderr: string }> {
+    return new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"] });
+      let stderr = "";
+      child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      child.on("error", reject);
+      child.on("exit", (code) => resolve({ code, stderr }));
+    });
+  }
+  function status(dir: string): Row[] {
+    return JSON.parse(execFileSync(process.execPath, [cli, "eval", "status", dir, "--json"], { encoding: "utf8" })) as Row[];
+  }
+  function jobRecord(dir: string, id: string): { engine_id: string; state: string } | null {
+    try {
+      return JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8")) as { engine_id: string; state: string };
+    } catch {
+      return null;
     }
-    return Promise.all(ids.map((id) => engine.wait(id)));
   }
+  /** What must agree between the two campaigns: per run, its state, exit reason and the grade's verdicts. */
+  const outcome = (rows: Row[]) => rows.map(({ run_id, state, exit_reason, grade, resolved_a, resolved_b }) => ({ run_id, state, exit_reason, grade, resolved_a, resolved_b }));
 
-  /** What must agree between the two campaigns: per run, the exit reason and the grade's verdicts. */
-  function outcome(campaign: string): Record<string, unknown> {
-    const out: Record<string, unknown> = {};
-    for (const id of readdirSync(join(campaign, "runs")).sort()) {
-      const run = JSON.parse(readFileSync(join(campaign, "runs", id, "run.json"), "utf8")) as RunRecord;
-      const g = JSON.parse(readFileSync(join(campaign, "runs", id, "grade.json"), "utf8")) as { status: string; passed: number; n_cases: number; official: { resolved: boolean }; with_probes: { resolved: boolean } };
-      out[id] = { exit: run.exit_reason, submitted: run.submitted, status: g.status, passed: `${g.passed}/${g.n_cases}`, setA: g.official.resolved, setB: g.with_probes.resolved };
-    }
-    return out;
-  }
+  it.concurrent("a run whose job exceeds its Slurm time limit is reported timeout by eval status", async () => {
+    const dir = join(root, "over-limit");
+    // The stand-in `slow` outlasts everything; --sbatch-arg=--time=1 (after ours) cuts the job at 1 min.
+    const args = [cli, "eval", "--tasks", "tiny-mean", "--tasks-dir", tasksDir, "--agent", "slow=codex:standin:slow", "--time-limit-min", "10", "--calibration-dir", cal, "--out", dir, "--engine", "slurm", "--sbatch-arg=--time=1"];
+    const t0 = Date.now();
+    const r = await evalCli(args);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(60_000);
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/tiny-mean slow r1: ERROR .*timeout/);
+    const [row] = status(dir);
+    expect(row).toMatchObject({ run_id: "tiny-mean--slow--r1", state: "timeout" });
+    expect(jobRecord(dir, "tiny-mean--slow--r1")?.state).toBe("timeout");
+    // Without sacct the batch script's exit file is the lasting record: it says the same.
+    const rec = JSON.parse(readFileSync(join(dir, "logs", "tiny-mean--slow--r1.out.exit.json"), "utf8")) as ExitRecord;
+    expect(stateFromExitRecord(rec).state).toBe("timeout");
+  }, 300_000);
 
-  it("all 4 runs finish on Slurm with the local campaign's grades; a cancelled job's run is resumed; over-limit is timeout", async () => {
+  it.concurrent("all runs finish with the local campaign's grades; one job scancelled midway is resumed by eval, nothing else redone", async () => {
     const local = join(root, "local");
     const t0 = Date.now();
-    const localStates = await runAll(new LocalEngine({ concurrency: 2 }), jobs(local));
+    const l = await evalCli(evalArgs(local, ["--engine", "local", "--concurrency", "2"]));
     const localWall = Date.now() - t0;
-    expect(localStates.map((s) => s.state)).toEqual(["done", "done", "done", "done"]);
+    expect(l.code, l.stderr).toBe(0);
+    const expected = outcome(status(local));
+    expect(expected.map((r) => r.state)).toEqual(["done", "done", "done", "done"]);
+    // Golden resolves both tasks on Set A and B; the adversarial patches pass Set A and fall to the probes.
+    expect(expected.map((r) => [r.resolved_a, r.resolved_b])).toEqual([[true, true], [true, false], [true, true], [true, false]]);
 
     const onSlurm = join(root, "slurm");
-    const engine = new SlurmEngine({ pollIntervalMs: 500 });
+    const victim = "check-mean--gold--r1";
     const t1 = Date.now();
-    const slurmStates = await runAll(engine, jobs(onSlurm));
+    const first = evalCli(evalArgs(onSlurm, ["--engine", "slurm"]));
+    // Midway: its job runs and `infradev run` has started writing the run folder.
+    let engineId = "";
+    for (const end = Date.now() + 240_000; Date.now() < end; await new Promise((r) => setTimeout(r, 250))) {
+      const rec = jobRecord(onSlurm, victim);
+      if (rec?.state === "running" && existsSync(join(onSlurm, "runs", victim))) {
+        engineId = rec.engine_id;
+        break;
+      }
+    }
+    expect(engineId).not.toBe("");
+    execFileSync("scancel", [engineId]);
+    const r1 = await first;
     const slurmWall = Date.now() - t1;
-    expect(slurmStates.map((s) => s.state)).toEqual(["done", "done", "done", "done"]);
-    const expected = outcome(local);
-    expect(Object.keys(expected)).toHaveLength(4);
-    // The golden agent resolves both tasks on Set A and B; the adversarial one passes A on neither's probes.
-    expect(Object.values(expected).map((o) => (o as { setB: boolean }).setB)).toEqual([false, true, false, true]);
-    expect(outcome(onSlurm)).toEqual(expected);
-    console.log(`[campaign-slurm] 4 runs: local (concurrency 2) ${(localWall / 1000).toFixed(1)} s, slurm (2 CPUs) ${(slurmWall / 1000).toFixed(1)} s, ratio ${(slurmWall / localWall).toFixed(2)}`);
-  }, 600_000);
+    const mid = status(onSlurm);
+    expect(mid.find((r) => r.run_id === victim)?.state).toBe("cancelled");
+    expect(mid.filter((r) => r.state === "done")).toHaveLength(3);
+    expect(r1.code, r1.stderr).not.toBe(null);
+    const finished = Object.fromEntries(mid.filter((r) => r.state === "done").map((r) => [r.run_id, statSync(join(onSlurm, "runs", r.run_id, "run.json")).mtimeMs]));
+
+    const r2 = await evalCli(evalArgs(onSlurm, ["--engine", "slurm"]));
+    expect(r2.code, r2.stderr).toBe(0);
+    expect(r2.stderr).toMatch(/3 of 4 run\(s\) already complete: reused/);
+    expect(r2.stderr).toMatch(new RegExp(`check-mean gold r1: submitted, graded`));
+    for (const [id, mtime] of Object.entries(finished)) expect(statSync(join(onSlurm, "runs", id, "run.json")).mtimeMs).toBe(mtime);
+    expect(outcome(status(onSlurm))).toEqual(expected);
+    console.log(`[campaign-slurm] 4 runs: local engine (concurrency 2) ${(localWall / 1000).toFixed(1)} s; slurm (2 CPUs, one job cancelled midway) ${(slurmWall / 1000).toFixed(1)} s`);
+  }, 900_000);
 });
