@@ -39,14 +39,15 @@ describe("batch script and sbatch argv (no cluster needed)", () => {
       const job = jobIn(dir, "quote", [process.execPath, "-e", WRITE_ARGS, result, ...HOSTILE], { env: { INFRADEV_T_ENV: "a,b=c $(x) 'q'\nz" } });
       const script = join(dir, "job.sh");
       writeFileSync(script, batchScript(job));
-      execFileSync("/bin/sh", [script], { cwd: tmpdir(), env: { ...process.env, SLURM_JOB_ID: "77" } });
+      execFileSync("/bin/sh", [script], { cwd: tmpdir(), env: { ...process.env, SLURM_JOB_ID: "999999977" } });
       const got = JSON.parse(readFileSync(result, "utf8")) as { argv: string[]; env: string; cwd: string };
       expect(got.argv).toEqual(HOSTILE);
       expect(got.env).toBe("a,b=c $(x) 'q'\nz");
       expect(got.cwd).toBe(dir);
       for (const f of ["PWNED", "PWNED2", "PWNED3"]) expect(existsSync(join(dir, f))).toBe(false);
       const rec = JSON.parse(readFileSync(exitFilePath(job), "utf8")) as ExitRecord;
-      expect(rec).toMatchObject({ job_id: "77", exit_code: 0, signal: null, limit_s: 120 });
+      // No such job for squeue to name a limit: the computed one (120 s) is recorded.
+      expect(rec).toMatchObject({ job_id: "999999977", exit_code: 0, signal: null, limit_s: 120 });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -119,6 +120,7 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
   function exitFileAgrees(job: JobSpec, id: string, st: JobStatus): void {
     const rec = JSON.parse(readFileSync(exitFilePath(job), "utf8")) as ExitRecord;
     expect(rec.job_id).toBe(id);
+    expect(rec.limit_s).toBe(Math.ceil(job.timeLimitSec / 60) * 60); // as squeue named it at the start
     expect(stateFromExitRecord(rec).state).toBe(st.state);
   }
 
@@ -251,6 +253,8 @@ describe.skipIf(!plan.run)("eval --engine slurm: 2 tasks × 2 stand-in agents, t
     expect(jobRecord(dir, "tiny-mean--slow--r1")?.state).toBe("timeout");
     // Without sacct the batch script's exit file is the lasting record: it says the same.
     const rec = JSON.parse(readFileSync(join(dir, "logs", "tiny-mean--slow--r1.out.exit.json"), "utf8")) as ExitRecord;
+    expect(rec.limit_s).toBe(60); // Slurm's limit (the --sbatch-arg), not the run's computed one
+    expect(rec.signal).toBe("TERM");
     expect(stateFromExitRecord(rec).state).toBe("timeout");
   }, 300_000);
 
