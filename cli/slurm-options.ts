@@ -28,7 +28,7 @@ export function slurmEngineOptions(flags: SlurmCliFlags, command: string): Engin
   const given = (["partition", "account", "qos"] as const).filter((k) => flags[k] !== undefined).map((k) => `--${k}`);
   if (flags.sbatchArg.length) given.push("--sbatch-arg");
   if (flags.engine !== "slurm") {
-    if (given.length) throw new UsageError(`${command}: ${given.join(", ")} only apply with --engine slurm (got --engine ${flags.engine})`);
+    if (given.length) throw new UsageError(`${command}: ${given.join(", ")} only appl${given.length > 1 ? "y" : "ies"} with --engine slurm (got --engine ${flags.engine})`);
     return undefined;
   }
   for (const k of ["partition", "account", "qos"] as const) {

@@ -81,6 +81,36 @@ describe("batch script and sbatch argv (no cluster needed)", () => {
   });
 });
 
+describe("the slurm flags of eval and grade-many (no cluster needed)", () => {
+  const cli = ensureBuiltWithCampaign();
+  function usage(args: string[]): { code: number | null; stderr: string } {
+    try {
+      execFileSync(process.execPath, [cli, ...args], { stdio: "pipe", encoding: "utf8" });
+      return { code: 0, stderr: "" };
+    } catch (e) {
+      const err = e as { status: number | null; stderr: string };
+      return { code: err.status, stderr: err.stderr };
+    }
+  }
+  it("a slurm flag without --engine slurm, a bad partition or a bare sbatch word is a one-line usage error (exit 2)", () => {
+    const base = ["eval", "--tasks", "tiny-mean", "--tasks-dir", "test/fixtures/grader/tasks", "--agent", "g=codex:standin:golden", "--out", join(tmpdir(), "infradev-slurm-never")];
+    for (const [extra, msg] of [
+      [["--partition", "gpu"], /eval: --partition only applies with --engine slurm \(got --engine local\)/],
+      [["--engine", "slurm", "--qos", "-x"], /eval: --qos "-x" is not a Slurm qos name/],
+      [["--engine", "slurm", "--sbatch-arg", "exclusive"], /eval: --sbatch-arg "exclusive": expected an sbatch option/],
+    ] as const) {
+      const r = usage([...base, ...extra]);
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr.trim().split("\n")).toHaveLength(1);
+      expect(r.stderr).toMatch(msg);
+    }
+    const g = usage(["grade-many", "--predictions", "/nonexistent.jsonl", "--out", join(tmpdir(), "infradev-slurm-never"), "--account", "a"]);
+    expect(g.code).toBe(2);
+    expect(g.stderr).toMatch(/grade-many: --account only applies with --engine slurm/);
+    expect(existsSync(join(tmpdir(), "infradev-slurm-never"))).toBe(false);
+  });
+});
+
 const plan = slurmSuitePlan();
 
 describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
@@ -256,6 +286,32 @@ describe.skipIf(!plan.run)("eval --engine slurm: 2 tasks × 2 stand-in agents, t
     expect(rec.limit_s).toBe(60); // Slurm's limit (the --sbatch-arg), not the run's computed one
     expect(rec.signal).toBe("TERM");
     expect(stateFromExitRecord(rec).state).toBe("timeout");
+  }, 300_000);
+
+  it.concurrent("grade-many --engine slurm: held jobs ended by `eval --cancel`, then the same command grades both", async () => {
+    const dir = join(root, "grade-many");
+    const preds = join(root, "preds.jsonl");
+    const golden = readFileSync(join(tasksDir, "tiny-mean", "hidden", "golden.patch"), "utf8");
+    writeFileSync(preds, [{ task_id: "tiny-mean", model: "m-gold", patch: golden }, { task_id: "tiny-mean", model: "m-none", patch: "" }].map((p) => JSON.stringify(p)).join("\n") + "\n");
+    const args = [cli, "grade-many", "--predictions", preds, "--tasks-dir", tasksDir, "--calibration-dir", cal, "--out", dir, "--engine", "slurm"];
+    // --hold: every job stays PENDING until cancelled, whatever the node is doing.
+    const held = evalCli([...args, "--sbatch-arg=--hold"]);
+    let rec = null;
+    for (const end = Date.now() + 60_000; !rec && Date.now() < end; await new Promise((r) => setTimeout(r, 250))) rec = jobRecord(dir, "calibrate--tiny-mean");
+    expect(rec?.state).toBe("queued");
+    const c = await evalCli([cli, "eval", "--cancel", "--out", dir]);
+    expect(c.code, c.stderr).toBe(0);
+    expect(c.stderr).toMatch(new RegExp(`calibrate--tiny-mean: cancelled slurm job ${rec!.engine_id}`));
+    const r1 = await held;
+    expect(r1.code, r1.stderr).toBe(1);
+    expect(jobRecord(dir, "calibrate--tiny-mean")?.state).toBe("cancelled");
+    const again = await evalCli(args);
+    expect(again.code, again.stderr).toBe(0);
+    const rows = status(dir);
+    expect(rows.map((r) => [r.run_id, r.state, r.grade, r.resolved_a])).toEqual([
+      ["tiny-mean--m-gold--r1", "done", "graded", true],
+      ["tiny-mean--m-none--r1", "done", "empty_patch", false],
+    ]);
   }, 300_000);
 
   it.concurrent("all runs finish with the local campaign's grades; one job scancelled midway is resumed by eval, nothing else redone", async () => {
