@@ -26,6 +26,16 @@ export interface SlurmEngineOptions extends EngineOptions, SlurmSubmitOptions {
 }
 
 const FINAL: ReadonlySet<JobState> = new Set(["done", "failed", "cancelled", "timeout"]);
+/** Consecutive failed squeue calls `wait` tolerates (about a minute at the default interval). */
+const MAX_FAILED_POLLS = 30;
+
+interface Waiter {
+  resolve: (s: JobStatus) => void;
+  reject: (e: Error) => void;
+  unknownPolls: number;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Slurm's job state names (squeue long form, sacct's first word) → ours. */
 export function mapSlurmState(slurmState: string): JobState {
@@ -77,6 +87,8 @@ export class SlurmEngine implements Engine {
   private readonly mine = new Map<string, { spec: JobSpec; state: JobState | null }>();
   /** false once sacct said accounting is off: not asked again. */
   private accounting = true;
+  private readonly waiters = new Map<string, Waiter[]>();
+  private polling: Promise<void> | null = null;
 
   constructor(opts: SlurmEngineOptions = {}) {
     this.opts = opts;
@@ -204,26 +216,60 @@ export class SlurmEngine implements Engine {
     return out;
   }
 
-  async wait(engineId: string, signal?: AbortSignal): Promise<JobStatus> {
+  /**
+   * Until the job ends. All waits of this engine share one poller: one squeue call per interval for
+   * every job waited on, however many (a campaign of hundreds of runs must not hammer the controller).
+   */
+  wait(engineId: string, signal?: AbortSignal): Promise<JobStatus> {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) return reject(signal.reason instanceof Error ? signal.reason : new Error("aborted"));
+      const w: Waiter = { resolve, reject, unknownPolls: 0 };
+      const list = this.waiters.get(engineId) ?? [];
+      list.push(w);
+      this.waiters.set(engineId, list);
+      signal?.addEventListener("abort", () => {
+        const left = (this.waiters.get(engineId) ?? []).filter((x) => x !== w);
+        if (left.length) this.waiters.set(engineId, left);
+        else this.waiters.delete(engineId);
+        reject(signal.reason instanceof Error ? signal.reason : new Error("aborted"));
+      }, { once: true });
+      this.polling ??= this.pollLoop().finally(() => (this.polling = null));
+    });
+  }
+
+  private async pollLoop(): Promise<void> {
     const interval = this.opts.pollIntervalMs ?? 2000;
-    let unknownPolls = 0;
-    for (;;) {
-      signal?.throwIfAborted();
-      const [s] = await this.status([engineId]);
-      this.report(engineId, s!, FINAL.has(s!.state) ? { ended_at: new Date().toISOString() } : {});
-      if (FINAL.has(s!.state)) return s!;
-      // Unknown several times running: the controller forgot the job and nothing recorded its end.
-      unknownPolls = s!.state === "unknown" ? unknownPolls + 1 : 0;
-      if (unknownPolls >= 3) return s!;
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(done, interval);
-        function done(): void {
-          clearTimeout(t);
-          signal?.removeEventListener("abort", done);
-          resolve();
+    let failedPolls = 0;
+    while (this.waiters.size > 0) {
+      const ids = [...this.waiters.keys()];
+      let states: JobStatus[];
+      try {
+        states = await this.status(ids);
+        failedPolls = 0;
+      } catch (e) {
+        // A controller restarting or briefly overloaded is no reason to give up on the jobs: retry for a while.
+        if (++failedPolls >= MAX_FAILED_POLLS) {
+          const err = new Error(`squeue failed ${failedPolls} times in a row: ${(e as Error).message}`);
+          for (const id of ids) for (const w of this.waiters.get(id) ?? []) w.reject(err);
+          for (const id of ids) this.waiters.delete(id);
+          return;
         }
-        signal?.addEventListener("abort", done, { once: true });
-      });
+        await sleep(interval);
+        continue;
+      }
+      for (const s of states) {
+        const list = this.waiters.get(s.engineId);
+        if (!list) continue;
+        const final = FINAL.has(s.state);
+        this.report(s.engineId, s, final ? { ended_at: new Date().toISOString() } : {});
+        // Unknown several times running: the controller forgot the job and nothing recorded its end.
+        for (const w of list) w.unknownPolls = s.state === "unknown" ? w.unknownPolls + 1 : 0;
+        if (final || list.every((w) => w.unknownPolls >= 3)) {
+          this.waiters.delete(s.engineId);
+          for (const w of list) w.resolve({ ...s });
+        }
+      }
+      if (this.waiters.size > 0) await sleep(interval);
     }
   }
 
