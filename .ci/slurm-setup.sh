@@ -53,7 +53,7 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
 fi
 
 # Already up (a second call in the same CI job, or a developer's machine): nothing to do.
-if scontrol ping >/dev/null 2>&1 && [ "$(node_state)" = idle ]; then
+if scontrol ping >/dev/null 2>&1 && case "$(node_state)" in idle|mix|alloc) true ;; *) false ;; esac; then
   say "cluster already up: $(sinfo --noheader --format='%N %t %c CPUs' | head -n 1)"
   exit 0
 fi
@@ -84,6 +84,7 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
 fi
 
 # --- slurm.conf for one node: this host, its real CPUs and memory (from `slurmd -C`).
+mkdir -p "$CONF_DIR" "$LOG_DIR" "$SPOOL_CTLD" "$SPOOL_D"
 node=$(hostname -s)
 hw=$(slurmd -C | head -n 1 | sed -e "s/^NodeName=[^ ]*//")
 [ -n "$hw" ] || fail "slurmd -C printed no hardware line"
@@ -97,7 +98,6 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     printf '%s\nName=gpu File=/dev/nvidia[0-%d]\n' "$MARK" "$((ngpu - 1))" >"$CONF_DIR/gres.conf"
   fi
 fi
-mkdir -p "$CONF_DIR" "$LOG_DIR" "$SPOOL_CTLD" "$SPOOL_D"
 cat >"$CONF_DIR/slurm.conf" <<EOF
 $MARK
 # One-node test cluster: controller and compute node are this host; jobs run as the submitting user.
