@@ -4,11 +4,12 @@ import type { GradeResult } from "../grader/types.js";
 import { UsageError } from "../lib/errors.js";
 import { readJsonFile } from "../lib/json.js";
 import { bundledTasksDir } from "../lib/paths.js";
+import { NotRunnableError, taskPython, taskRunnableHere } from "../tasks/runnable.js";
 import { listTaskIds, loadGraderTask, type GraderTask } from "../tasks/loader.js";
 import { engineFor, type EngineOptions } from "./engine.js";
 import { KILL_GRACE_MS } from "./engines/local.js";
 import type { CampaignSummary } from "./grade-many.js";
-import { calibrationJob, campaignPaths, cliEntry, driveGroups, gradeBudgetSec, graderFlags, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
+import { calibrationJob, campaignPaths, cliEntry, defaultConcurrency, driveGroups, gradeBudgetSec, graderFlags, jobEnv, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
 import { mergeManifest, readManifest, writeManifest } from "./manifest.js";
 import { GRADE_FILE, MANIFEST_FILE, RUN_RECORD_FILE, runId, type AgentConfig, type CampaignManifest, type RunRecord } from "./types.js";
 
@@ -46,11 +47,24 @@ export interface PlannedRun {
   repeat: number;
 }
 
-export function resolveTasks(tasks: string[] | "all", tasksDir: string | null): GraderTask[] {
+/**
+ * The tasks asked for. On the local engine the jobs run here, so a task this machine cannot run
+ * (tasks/runnable.ts) is refused when named and left out, with the reason, from `all`; another
+ * engine's nodes decide for themselves (the calibration job fails there with the reason).
+ */
+export function resolveTasks(tasks: string[] | "all", tasksDir: string | null, opts: { checkRunnableHere: boolean; python?: string; sandbox: string; say: (s: string) => void }): GraderTask[] {
   const ids = tasks === "all" ? listTaskIds(tasksDir ?? bundledTasksDir()) : tasks;
   if (!ids.length) throw new UsageError(`eval: --tasks all: no task in ${tasksDir ?? bundledTasksDir()}`);
   if (new Set(ids).size !== ids.length) throw new UsageError(`eval: --tasks names a task twice (${ids.join(",")})`);
-  return ids.map((id) => loadGraderTask(id, tasksDir ?? undefined));
+  const loaded = ids.map((id) => loadGraderTask(id, tasksDir ?? undefined));
+  if (!opts.checkRunnableHere) return loaded;
+  return loaded.filter((t) => {
+    const r = taskRunnableHere(t.spec, { python: taskPython(t.spec, opts.python).python, sandbox: opts.sandbox });
+    if (r.runnable) return true;
+    if (tasks !== "all") throw new NotRunnableError(t.id, r.reason ?? "not runnable here", "eval");
+    opts.say(`${t.id}: left out, cannot run on this machine: ${r.reason}`);
+    return false;
+  });
 }
 
 /** The matrix's runs, task by task (a task's runs share its calibration). */
@@ -81,7 +95,8 @@ export function runArgv(cli: string, p: PlannedRun, runDir: string, grader: stri
 
 export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
   const paths = campaignPaths(resolve(opts.campaignDir));
-  const tasks = resolveTasks(opts.tasks, opts.tasksDir);
+  const tasks = resolveTasks(opts.tasks, opts.tasksDir, { checkRunnableHere: opts.engine === "local", python: opts.python, sandbox: opts.sandbox, say: opts.say });
+  if (!tasks.length) throw new UsageError("eval: --tasks all: no task can run on this machine (see the lines above)");
   const now = new Date().toISOString();
   const wanted: CampaignManifest = {
     schema_version: 1,
@@ -93,7 +108,7 @@ export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
     agents: opts.agents,
     repeats: opts.repeats,
     engine: opts.engine,
-    concurrency: opts.concurrency ?? 0,
+    concurrency: opts.concurrency ?? defaultConcurrency(opts.engine),
     argv: opts.argv,
   };
   const manifest = mergeManifest(readManifest(paths.dir), wanted, { extend: opts.extend, file: join(paths.dir, MANIFEST_FILE) });
@@ -127,6 +142,7 @@ export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
             id: p.run_id,
             argv: runArgv(cli, p, runDir, flags),
             cwd: paths.dir,
+            env: jobEnv(paths, p.run_id),
             gpus: taskGpus(task.fullSpec),
             // A run mostly waits on its model; its test sessions are short bursts of `ranks` processes.
             cpus: 1,

@@ -8,7 +8,7 @@ import { readJsonFile } from "../lib/json.js";
 import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
 import { engineFor, type EngineOptions } from "./engine.js";
 import { KILL_GRACE_MS } from "./engines/local.js";
-import { calibrationJob, campaignPaths, cliEntry, driveGroups, gradeBudgetSec, graderFlags, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
+import { calibrationJob, campaignPaths, cliEntry, defaultConcurrency, driveGroups, gradeBudgetSec, graderFlags, jobEnv, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
 import { mergeManifest, readManifest, writeManifest, type GradeManyManifest } from "./manifest.js";
 import { readPredictions, type Prediction } from "./predictions.js";
 import { GRADE_FILE, MANIFEST_FILE, PATCH_FILE, RUN_RECORD_FILE, type RunRecord } from "./types.js";
@@ -120,7 +120,7 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
     agents: [],
     repeats: Math.max(...preds.map((p) => p.repeat)),
     engine: opts.engine,
-    concurrency: opts.concurrency ?? 0,
+    concurrency: opts.concurrency ?? defaultConcurrency(opts.engine),
     argv: opts.argv,
     models: [...new Set(preds.map((p) => p.model))],
     predictions: resolve(opts.predictions),
@@ -157,6 +157,7 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
             id: p.run_id,
             argv: [process.execPath, cli, "grade", "--task", taskId, ...flags, ...(p.patch !== null ? ["--patch", join(runDir, PATCH_FILE)] : []), "--out", join(runDir, "grade"), "--json"],
             cwd: paths.dir,
+            env: jobEnv(paths, p.run_id),
             gpus: taskGpus(task.fullSpec),
             cpus: 1,
             timeLimitSec: gradeBudgetSec(task.fullSpec),

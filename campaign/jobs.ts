@@ -1,5 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, readdirSync } from "node:fs";
-import { hostname } from "node:os";
+import { availableParallelism, hostname } from "node:os";
 import { join } from "node:path";
 import { writeJsonAtomic } from "../grader/files.js";
 import { readJsonFile } from "../lib/json.js";
@@ -36,6 +36,15 @@ export function cliEntry(): string {
   const file = join(packageRoot(), "dist", "cli", "main.js");
   if (!existsSync(file)) throw new Error(`${file} is missing: build the package first (npm run build)`);
   return file;
+}
+
+/**
+ * Set in every job's environment to `<campaign>/jobs/<job id>` (its record, less `.json`): every
+ * process the job starts inherits it, so `ps e` or a test can tell which campaign job a process is.
+ */
+export const CAMPAIGN_JOB_ENV = "INFRADEV_CAMPAIGN_JOB";
+export function jobEnv(paths: CampaignPaths, jobId: string): Record<string, string> {
+  return { [CAMPAIGN_JOB_ENV]: join(paths.jobs, jobId) };
 }
 
 /** A job record as written here: common13's JobRecord plus what the engine told us. */
@@ -119,6 +128,11 @@ export async function reapOrphanJobs(paths: CampaignPaths, graceMs: number, say:
       // gone meanwhile
     }
   }
+}
+
+/** campaign.json's `concurrency` when none was asked: the local engine's default (the machine's cores), else 0 (the engine's own). */
+export function defaultConcurrency(engine: string): number {
+  return engine === "local" ? Math.max(1, availableParallelism()) : 0;
 }
 
 /** GPUs a task's jobs hold: a GPU task its largest world size (one GPU per rank), a CPU task none. */
@@ -214,6 +228,7 @@ export function calibrationJob(args: {
     cpus: 1,
     // Three gold runs.
     timeLimitSec: 3 * gradeBudgetSec(args.spec),
+    env: jobEnv(args.paths, id),
     stdoutPath: join(args.paths.logs, `${id}.out`),
     stderrPath: join(args.paths.logs, `${id}.err`),
   };

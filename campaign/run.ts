@@ -177,6 +177,8 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
   const id = makeRunId(publicTask.id, o.name, o.repeat);
   const startedAt = new Date();
   const deadline = startedAt.getTime() + o.timeLimitMin * 60_000;
+  // A stand-in script that does not load is a usage error before anything is made.
+  const steps = o.model.startsWith(STANDIN_PREFIX) ? standinSteps(o.model.slice(STANDIN_PREFIX.length), loadGraderTask(o.task, o.tasksDir)) : null;
   const tmp = mkdtempSync(join(tmpdir(), `infradev-run-${publicTask.id}-`));
   let standin: StandinServer | null = null;
   try {
@@ -188,8 +190,7 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
     let providerUrl = o.providerUrl ?? "";
     let keyEnv = o.providerKeyEnv ?? "";
     let key = keyEnv ? (process.env[keyEnv] ?? "") : "";
-    if (o.model.startsWith(STANDIN_PREFIX)) {
-      const steps = standinSteps(o.model.slice(STANDIN_PREFIX.length), loadGraderTask(o.task, o.tasksDir));
+    if (steps) {
       const log = join(out, STANDIN_REQUESTS_FILE);
       standin = await startStandin({ steps, onRequest: (r) => appendFileSync(log, `${JSON.stringify(r)}\n`) });
       providerUrl = standin.url;

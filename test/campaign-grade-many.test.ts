@@ -137,6 +137,25 @@ describe("grade-many", () => {
     expect(mtimes()).toEqual(all);
   }, 240_000);
 
+  it("SIGTERM cancels the running grades (exit 143), keeps what finished, and leaves no process behind", async () => {
+    const dir = join(root, "sigterm");
+    const p = spawn(process.execPath, [CLI, "grade-many", "--predictions", preds, "--out", dir, "--tasks-dir", FIXTURES, "--concurrency", "2", "--calibration-dir", join(out(), "calibration")], { stdio: ["ignore", "ignore", "pipe"] });
+    let log = "";
+    p.stderr!.on("data", (d) => (log += String(d)));
+    const code = new Promise<number | null>((r) => p.on("exit", (c) => r(c)));
+    const running = () => (existsSync(join(dir, "jobs")) ? readdirSync(join(dir, "jobs")).filter((f) => !f.startsWith("calibrate--") && readJson<CampaignJobRecord>(join(dir, "jobs", f)).state === "running") : []);
+    const deadline = Date.now() + 60_000;
+    while (running().length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(running().length, log).toBeGreaterThan(0);
+    p.kill("SIGTERM");
+    expect(await code).toBe(143);
+    expect(log).toContain("SIGTERM: cancelling the running jobs");
+    const states = readdirSync(join(dir, "jobs")).filter((f) => !f.startsWith("calibrate--")).map((f) => [f.replace(/\.json$/, ""), readJson<CampaignJobRecord>(join(dir, "jobs", f)).state] as const);
+    for (const [id, state] of states) expect(state === "done" ? existsSync(join(dir, "runs", id, "grade.json")) : state === "cancelled", `${id}: ${state}`).toBe(true);
+    expect(states.some(([, s]) => s === "cancelled")).toBe(true);
+    expect(processesUnder(dir)).toEqual([]);
+  });
+
   it("a different set of predictions on the same folder is refused unless --extend", async () => {
     const fewer = join(root, "fewer.jsonl");
     writeFileSync(fewer, readFileSync(preds, "utf8").split("\n").slice(0, 2).join("\n") + "\n");

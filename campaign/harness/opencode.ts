@@ -5,7 +5,8 @@
  * OpenAI-compatible provider) and our MCP server in the V1 layout (cli/connect.ts opencodeConfig:
  * the V2 layout's timeout is dropped by 1.18). OpenCode's own file, shell and web tools are off, so
  * the model works through our sandbox only; its skill tool stays (it reads the installed skill).
- * Offline: autoupdate, the models.dev fetch, default plugins and LSP downloads are switched off.
+ * Offline: autoupdate, the models.dev fetch, default plugins, LSP downloads and its plugin install
+ * (npm registry pointed at a closed port) are switched off.
  */
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -31,6 +32,9 @@ export function opencodeBinary(): string | null {
 const TOOLS_OFF = ["bash", "edit", "write", "read", "grep", "glob", "list", "patch", "multiedit", "webfetch", "websearch", "codesearch", "task", "todowrite", "todoread"];
 
 export const OPENCODE_PROVIDER = "infradev_run";
+
+/** A registry URL nothing listens on (port 9, discard): package installs fail at once instead of downloading. */
+const OFFLINE_REGISTRY = "http://127.0.0.1:9/";
 
 /** opencode.json: connect's V1 server entry (its command extended by `extraArgs`), the provider, the tools off. */
 export function opencodeConfigJson(setup: HarnessSetup, connect: ConnectOptions, extraArgs: string[]): string {
@@ -64,6 +68,13 @@ export function prepareOpencode(setup: HarnessSetup, connect: ConnectOptions, ex
     OPENCODE_DISABLE_MODELS_FETCH: "1",
     OPENCODE_DISABLE_DEFAULT_PLUGINS: "1",
     OPENCODE_DISABLE_LSP_DOWNLOAD: "1",
+    OPENCODE_DISABLE_SHARE: "1",
+    OPENCODE_DISABLE_CLAUDE_CODE: "1",
+    OPENCODE_DISABLE_PROJECT_CONFIG: "1",
+    // OpenCode installs @opencode-ai/plugin (~33 MB) into every fresh config dir from the npm
+    // registry; a closed local port keeps that offline (refused at once) and every run the same.
+    NPM_CONFIG_REGISTRY: OFFLINE_REGISTRY,
+    BUN_CONFIG_REGISTRY: OFFLINE_REGISTRY,
   });
   const configDir = join(env.XDG_CONFIG_HOME!, "opencode");
   for (const d of [configDir, cwd, env.HOME!, env.TMPDIR!]) mkdirSync(d, { recursive: true });
