@@ -242,6 +242,8 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
     }
     await standin?.close();
     standin = null;
+    // Ended without a submission: what the harness last complained about says why (an unreachable endpoint…).
+    if (exitReason !== "submitted" && error === null && tally.lastError) error = `last harness error: ${tally.lastError}`;
 
     // Our own resume of the run: `serve --resume` with stdin closed writes patch.diff from the
     // workspace through the sandbox (the host follows no path the agent controls) and session_end.

@@ -219,9 +219,11 @@ describe.skipIf(codexEntry() === null || opencodeBinary() === null)("infradev ru
     expect(readJson<{ official: { resolved: boolean } }>(join(d, "grade.json")).official.resolved).toBe(true);
 
     const s = join(tmp, "opencode-slow");
-    const r2 = run(["--agent", "opencode", "--model", "standin:slow", "--time-limit-min", "0.15", "--out", s, "--no-grade"]);
+    const r2 = run(["--agent", "opencode", "--model", "standin:slow", "--time-limit-min", "0.25", "--out", s, "--no-grade"]);
     expect(r2.status, r2.stderr).toBe(0);
-    expect(record(s)).toMatchObject({ exit_reason: "time_limit", tool_calls: 1, patch_bytes: 0 });
+    // get_task, then the held response; on a loaded machine OpenCode may not even get that far in 15 s.
+    expect(record(s)).toMatchObject({ exit_reason: "time_limit", submitted: false, patch_bytes: 0 });
+    expect(record(s).tool_calls).toBeLessThanOrEqual(1);
     const [a2] = readJson<Array<{ pid: number }>>(join(s, "attempts.json"));
     expect(liveInGroup(a2!.pid)).toEqual([]);
   }, 180_000);

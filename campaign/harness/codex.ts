@@ -107,6 +107,7 @@ export function codexEventFolder(): (t: EventTally, e: Record<string, any>) => v
   return (t, e) => {
     if (e.type === "thread.started" && typeof e.thread_id === "string") t.sessionId = thread = e.thread_id;
     if (e.type === "item.completed" && e.item && MODEL_ITEMS.has(e.item.type)) t.turns = (t.turns ?? 0) + 1;
+    if ((e.type === "error" || e.type === "turn.failed") && (typeof e.message === "string" || typeof e.error?.message === "string")) t.lastError = String(e.message ?? e.error.message);
     if (e.type !== "turn.completed" || !e.usage || typeof e.usage !== "object") return;
     byThread.set(thread, e.usage as Record<string, unknown>);
     const sum = (k: string) => [...byThread.values()].reduce<number | null>((acc, u) => add(acc, u[k]), null);

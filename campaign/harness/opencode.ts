@@ -99,6 +99,7 @@ export function prepareOpencode(setup: HarnessSetup, connect: ConnectOptions, ex
  */
 export function foldOpencodeEvent(t: EventTally, e: Record<string, any>): void {
   if (typeof e.sessionID === "string") t.sessionId ??= e.sessionID;
+  if (e.type === "error") t.lastError = String(e.error?.data?.message ?? e.error?.message ?? e.error?.name ?? JSON.stringify(e.error ?? e)).slice(0, 500);
   if (e.type !== "step_finish") return;
   t.turns = (t.turns ?? 0) + 1;
   const k = e.part?.tokens;

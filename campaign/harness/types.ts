@@ -34,6 +34,8 @@ export interface EventTally {
   /** Model requests (steps); null when the harness reports none. */
   turns: number | null;
   tokens: TokenCounts;
+  /** The harness's last error event (an endpoint it cannot reach, a refused request), for run.json's error. */
+  lastError: string | null;
 }
 
 export interface PreparedHarness {
@@ -48,7 +50,7 @@ export interface PreparedHarness {
   fold(tally: EventTally, event: Record<string, unknown>): void;
 }
 
-export const emptyTally = (): EventTally => ({ sessionId: null, turns: null, tokens: { input: null, cached_input: null, output: null, reasoning: null } });
+export const emptyTally = (): EventTally => ({ sessionId: null, turns: null, tokens: { input: null, cached_input: null, output: null, reasoning: null }, lastError: null });
 
 /** Adds `n` to a nullable counter. */
 export function add(a: number | null, n: unknown): number | null {
