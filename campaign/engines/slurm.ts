@@ -233,7 +233,16 @@ export class SlurmEngine implements Engine {
         else this.waiters.delete(engineId);
         reject(signal.reason instanceof Error ? signal.reason : new Error("aborted"));
       }, { once: true });
-      this.polling ??= this.pollLoop().finally(() => (this.polling = null));
+      this.startPolling();
+    });
+  }
+
+  private startPolling(): void {
+    if (this.polling) return;
+    // A wait that arrives after the loop saw no waiters but before this callback ran must still be polled.
+    this.polling = this.pollLoop().finally(() => {
+      this.polling = null;
+      if (this.waiters.size > 0) this.startPolling();
     });
   }
 
