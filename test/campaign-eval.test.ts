@@ -120,7 +120,8 @@ describe("eval", () => {
     const e1 = (await run(process.execPath, other).catch((e) => e)) as { code: number; stderr: string };
     expect(e1.code).toBe(2);
     expect(e1.stderr).toMatch(/campaign\.json: this campaign was made with a different set of tasks/);
-    const e2 = (await run(process.execPath, [...evalArgs(["--extend"]).filter((a) => a !== "adv=opencode:standin:adversarial" && a !== "--agent"), "--agent", "gold=codex:standin:golden", "--agent", "adv=opencode:standin:early-exit"]).catch((e) => e)) as { code: number; stderr: string };
+    const changed = evalArgs(["--extend"]).map((a) => (a === "adv=opencode:standin:adversarial" ? "adv=opencode:standin:early-exit" : a));
+    const e2 = (await run(process.execPath, changed).catch((e) => e)) as { code: number; stderr: string };
     expect(e2.code).toBe(2);
     expect(e2.stderr).toMatch(/agent "adv" was run with other settings \(model "standin:adversarial" → "standin:early-exit"\)/);
   });
