@@ -55,6 +55,16 @@ export interface EngineOptions {
    * group's pid), so the caller can persist it (`<campaign>/jobs/<id>.json`).
    */
   onState?: (job: JobSpec, status: JobStatus, extra: Record<string, unknown>) => void;
+  /** The slurm engine's settings (`--partition`, `--account`, `--qos`, `--sbatch-arg`; poll interval). */
+  slurm?: {
+    partition?: string;
+    account?: string;
+    qos?: string;
+    sbatchArgs?: string[];
+    pollIntervalMs?: number;
+    /** stdout paths of jobs an earlier process submitted (engine id → path): their exit files. */
+    jobOutputs?: Record<string, string>;
+  };
 }
 
 export type EngineFactory = (opts: EngineOptions) => Promise<Engine>;
@@ -65,6 +75,7 @@ export type EngineFactory = (opts: EngineOptions) => Promise<Engine>;
  */
 export const ENGINES: Record<string, EngineFactory> = {
   local: async (opts) => new (await import("./engines/local.js")).LocalEngine(opts),
+  slurm: async (opts) => new (await import("./engines/slurm.js")).SlurmEngine({ ...opts, ...opts.slurm }),
 };
 
 export function engineNames(): string[] {

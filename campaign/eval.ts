@@ -6,7 +6,7 @@ import { readJsonFile } from "../lib/json.js";
 import { bundledTasksDir } from "../lib/paths.js";
 import { NotRunnableError, taskPython, taskRunnableHere } from "../tasks/runnable.js";
 import { listTaskIds, loadGraderTask, type GraderTask } from "../tasks/loader.js";
-import { engineFor } from "./engine.js";
+import { engineFor, type EngineOptions } from "./engine.js";
 import { KILL_GRACE_MS } from "./engines/local.js";
 import type { CampaignSummary } from "./grade-many.js";
 import { calibrationJob, campaignPaths, cliEntry, defaultConcurrency, driveGroups, gradeBudgetSec, graderFlags, jobEnv, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
@@ -33,6 +33,8 @@ export interface EvalOptions {
   calibrationDir?: string;
   python?: string;
   extend?: boolean;
+  /** The slurm engine's settings (cli/slurm-options.ts). */
+  slurm?: EngineOptions["slurm"];
   argv: string[];
   signal?: AbortSignal;
   say: (line: string) => void;
@@ -168,7 +170,7 @@ export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
   }
   if (summary.reused) opts.say(`${summary.reused} of ${summary.total} run(s) already complete: reused`);
   if (opts.engine === "local") await reapOrphanJobs(paths, KILL_GRACE_MS + 2000, opts.say);
-  const engine = await engineFor(opts.engine, { concurrency: opts.concurrency, onState: jobRecorder(paths, opts.engine) });
+  const engine = await engineFor(opts.engine, { concurrency: opts.concurrency, onState: jobRecorder(paths, opts.engine), slurm: opts.slurm });
   try {
     summary.interrupted = (await driveGroups(engine, groups, opts.signal)).interrupted;
   } finally {

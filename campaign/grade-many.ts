@@ -6,7 +6,7 @@ import type { GradeResult } from "../grader/types.js";
 import { UsageError } from "../lib/errors.js";
 import { readJsonFile } from "../lib/json.js";
 import { loadGraderTask, type GraderTask } from "../tasks/loader.js";
-import { engineFor } from "./engine.js";
+import { engineFor, type EngineOptions } from "./engine.js";
 import { KILL_GRACE_MS } from "./engines/local.js";
 import { calibrationJob, campaignPaths, cliEntry, defaultConcurrency, driveGroups, gradeBudgetSec, graderFlags, jobEnv, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
 import { mergeManifest, readManifest, writeManifest, type GradeManyManifest } from "./manifest.js";
@@ -30,6 +30,8 @@ export interface GradeManyOptions {
   calibrationDir?: string;
   python?: string;
   extend?: boolean;
+  /** The slurm engine's settings (cli/slurm-options.ts). */
+  slurm?: EngineOptions["slurm"];
   argv: string[];
   signal?: AbortSignal;
   say: (line: string) => void;
@@ -130,7 +132,7 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
   const flags = graderFlags({ tasksDir: opts.tasksDir, calibrationDir, sandbox: opts.sandbox, python: opts.python });
   const cli = cliEntry();
   if (opts.engine === "local") await reapOrphanJobs(paths, KILL_GRACE_MS + 2000, opts.say);
-  const engine = await engineFor(opts.engine, { concurrency: opts.concurrency, onState: jobRecorder(paths, opts.engine) });
+  const engine = await engineFor(opts.engine, { concurrency: opts.concurrency, onState: jobRecorder(paths, opts.engine), slurm: opts.slurm });
   const summary: CampaignSummary = { total: preds.length, reused: 0, finished: 0, errored: [], interrupted: false };
   const groups: WorkGroup[] = [];
   for (const [taskId, task] of tasks) {

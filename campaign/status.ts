@@ -72,7 +72,8 @@ export async function campaignStatus(campaignDir: string): Promise<{ manifest: C
   // Jobs of an engine that outlives this process (a cluster scheduler): what it says now.
   for (const [name, waiting] of askEngine) {
     try {
-      const engine = await engineFor(name, {});
+      // Where each job's exit file is (logs/<job id>.out + .exit.json): the slurm engine's answer once the scheduler forgot it.
+      const engine = await engineFor(name, { slurm: { jobOutputs: Object.fromEntries(waiting.map((r) => [r.engine_id!, join(paths.logs, `${r.run_id}.out`)])) } });
       try {
         const states = await engine.status(waiting.map((r) => r.engine_id!));
         waiting.forEach((r, i) => {

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
+import { addSlurmOptions } from "./slurm-options.js";
 
 /**
  * Options `eval` and `grade-many` share, declared once, and the way both end on SIGINT / SIGTERM:
@@ -14,6 +15,10 @@ export interface CampaignCliOptions {
   calibrationDir?: string;
   python?: string;
   extend?: boolean;
+  partition?: string;
+  account?: string;
+  qos?: string;
+  sbatchArg: string[];
 }
 
 export function parseConcurrency(v: string): number {
@@ -34,7 +39,7 @@ export function addCampaignOptions(cmd: Command, engines: string[], opts: { outR
   const out = "--out <campaign>";
   const outHelp = "the campaign folder (campaign.json, runs/, jobs/, logs/); the same command on it again resumes (required)";
   // A command with sub-commands (`eval status`) checks --out itself: commander would ask its sub-commands for it too.
-  return (opts.outRequiredByCommander ? cmd.requiredOption(out, outHelp, nonEmpty("a folder")) : cmd.option(out, outHelp, nonEmpty("a folder")))
+  const withOut = (opts.outRequiredByCommander ? cmd.requiredOption(out, outHelp, nonEmpty("a folder")) : cmd.option(out, outHelp, nonEmpty("a folder")))
     .option("--concurrency <n>", "jobs at once (default: what the machine allows: local = its cores; a GPU task's job also holds its GPUs)", parseConcurrency)
     .addOption(new Option("--engine <name>", "where the jobs run").choices(engines).default("local"))
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)", nonEmpty("a folder"))
@@ -42,6 +47,7 @@ export function addCampaignOptions(cmd: Command, engines: string[], opts: { outR
     .option("--calibration-dir <dir>", "cache of gold calibrations (default: <campaign>/calibration)", nonEmpty("a folder"))
     .option("--python <path>", "Python interpreter of the tests, inside the sandbox (default $INFRADEV_PYTHON, else the task's env.python)", nonEmpty("a path"))
     .option("--extend", "add tasks, agents, repeats or predictions to an existing campaign (without it a different matrix is refused)");
+  return addSlurmOptions(withOut);
 }
 
 /**

@@ -3,6 +3,7 @@ import { InvalidArgumentError, type Command } from "commander";
 import { engineNames } from "../campaign/engine.js";
 import { UsageError } from "../lib/errors.js";
 import { addCampaignOptions, campaignSignal, type CampaignCliOptions } from "./campaign-options.js";
+import { slurmEngineOptions } from "./slurm-options.js";
 
 // The campaign modules (tasks loader, engines) are imported in the action handlers.
 
@@ -17,6 +18,7 @@ interface EvalCliOptions extends Omit<CampaignCliOptions, "out"> {
   skill?: boolean;
   providerUrl?: string;
   providerKeyEnv?: string;
+  cancel?: boolean;
 }
 
 function wholeNumber(min: number) {
@@ -49,8 +51,15 @@ export function registerEvalCommands(program: Command): void {
     .option("--skill", "install the infra-dev skill for every agent (default)")
     .option("--no-skill", "run every agent without the skill (an agents file may still set skill per agent)")
     .option("--provider-url <url>", "default OpenAI-compatible endpoint (…/v1) of the agents' models (not for standin:…)")
-    .option("--provider-key-env <var>", "default variable holding the endpoint's API key");
+    .option("--provider-key-env <var>", "default variable holding the endpoint's API key")
+    .option("--cancel", "cancel the campaign's queued and running jobs (Slurm: scancel; local: SIGTERM to its eval process); finished runs are kept, the same eval command resumes");
   addCampaignOptions(cmd, engineNames(), { outRequiredByCommander: false }).action(async (opts: EvalCliOptions) => {
+    if (opts.cancel) {
+      if (opts.out === undefined) throw new UsageError("eval --cancel: required option '--out <campaign>' not specified");
+      const { cancelCampaign } = await import("../campaign/cancel.js");
+      await cancelCampaign(opts.out, (line) => process.stderr.write(`[eval] ${line}\n`));
+      return;
+    }
     // Checked here, not by commander, which would also ask `eval status` for them.
     if (opts.tasks === undefined) throw new UsageError("eval: required option '--tasks <ids>' not specified (see: infradev eval --help)");
     if (opts.out === undefined) throw new UsageError("eval: required option '--out <campaign>' not specified (see: infradev eval --help)");
@@ -81,6 +90,7 @@ export function registerEvalCommands(program: Command): void {
         calibrationDir: opts.calibrationDir,
         python: opts.python,
         extend: opts.extend,
+        slurm: slurmEngineOptions(opts, "eval"),
         argv: process.argv.slice(2),
         signal: sig.signal,
         say,

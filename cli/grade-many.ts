@@ -2,6 +2,7 @@ import { resolve } from "node:path";
 import type { Command } from "commander";
 import { engineNames } from "../campaign/engine.js";
 import { addCampaignOptions, campaignSignal, type CampaignCliOptions } from "./campaign-options.js";
+import { slurmEngineOptions } from "./slurm-options.js";
 
 export function registerGradeManyCommands(program: Command): void {
   const cmd = program
@@ -27,6 +28,7 @@ export function registerGradeManyCommands(program: Command): void {
         calibrationDir: opts.calibrationDir,
         python: opts.python,
         extend: opts.extend,
+        slurm: slurmEngineOptions(opts, "grade-many"),
         argv: process.argv.slice(2),
         signal: sig.signal,
         say,
