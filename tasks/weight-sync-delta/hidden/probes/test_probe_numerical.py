@@ -12,6 +12,9 @@ DTYPES = {
     "float64": torch.float64,
     "int64": torch.int64,
     "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
 }
 # Per element size: a quiet NaN with a payload, -0.0 and +0.0 as raw bits.
 SPECIAL = {

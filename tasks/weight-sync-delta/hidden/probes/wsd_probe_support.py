@@ -76,7 +76,10 @@ class Bag(nn.Module):
 def random_tensor(numel: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
     if dtype.is_floating_point:
         return torch.randn(numel, generator=gen).to(dtype)
-    return torch.randint(-(2 ** 40) if dtype == torch.int64 else -1000, 2 ** 40 if dtype == torch.int64 else 1000, (numel,), generator=gen, dtype=torch.int64).to(dtype)
+    wide = dtype == torch.int64  # values beyond 2**53: exact only when no float is involved
+    low, high = (-(2 ** 60), 2 ** 60) if wide else (-1000, 1000)
+    # Narrow integer dtypes wrap the range around: every bit pattern is fair.
+    return torch.randint(low, high, (numel,), generator=gen, dtype=torch.int64).to(dtype)
 
 
 def mismatches(module: nn.Module, src: int) -> List[str]:
