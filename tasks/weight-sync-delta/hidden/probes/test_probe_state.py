@@ -1,6 +1,8 @@
 """State probes: the trainer's record of the last sync, over many steps, added parameters,
 frozen ones, reset() and a trainer that is not rank 0."""
 
+from datetime import timedelta
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -15,6 +17,7 @@ from wsd_probe_support import (
     header_budget,
     measured_sync,
     mismatches,
+    group,
     rank,
     share,
     weight_sync,
@@ -157,3 +160,40 @@ def test_trainer_is_the_last_rank_of_the_group():
     problems += more
     assert problems == []
     assert sync.is_trainer() == (rank() == src)
+
+
+@pytest.mark.probe(promise="trainer-rank", kind="condition")
+def test_process_group_of_some_ranks_with_its_last_rank_as_trainer():
+    """The trainer is rank ``src`` *of process_group*: with three ranks the group is ranks 1 and 2
+    (rank 0 takes no part), with two it is both, and src is the group's last rank either way."""
+    from nanorl.weight_sync import WeightSync
+
+    members = list(range(1, world())) if world() > 2 else list(range(world()))
+    sub = dist.new_group(ranks=members, timeout=timedelta(seconds=10))
+    trainer = members[-1]
+    bag = Bag([("w", 2000, torch.float32, True), ("h", 600, torch.bfloat16, True), ("i", 50, torch.int64, False)], seed=150 + rank())
+    outsider = {n: p.detach().clone() for n, p in bag.named_parameters()}
+    error = None
+    if rank() in members:
+        try:
+            sync = WeightSync(bag, src=len(members) - 1, process_group=sub)
+            sync.sync()
+            if rank() == trainer:
+                flip(bag.w, torch.arange(0, 2000, 13))
+                flip(bag.h, torch.tensor([0, 599]))
+            sync.sync()
+        except Exception as exc:  # noqa: BLE001 - reported below, after the ranks meet again
+            error = f"rank {rank()}: {type(exc).__name__}: {exc}"
+    ok = everyone(error is None)
+    assert ok, error or "another rank failed in its sync"
+    problems = []
+    for name, param in bag.named_parameters():
+        mine = param.detach().reshape(-1).view(torch.uint8).clone()
+        copies = [torch.empty_like(mine) for _ in range(world())]
+        dist.all_gather(copies, mine, group=group())
+        for r in members:
+            if not torch.equal(copies[r], copies[trainer]):
+                problems.append(f"{name}: group member {r} differs from the trainer (rank {trainer})")
+    if rank() not in members:
+        problems += [f"{n}: rank {rank()} is not in the group, yet its weights changed" for n, p in bag.named_parameters() if not torch.equal(p, outsider[n])]
+    assert problems == []
