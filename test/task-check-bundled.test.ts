@@ -9,8 +9,8 @@ import type { CheckReport } from "../grader/task-check.js";
 import { loadGraderTask } from "../tasks/loader.js";
 
 /**
- * The bundled tasks under `task check`. The static half (promises, markers, contract, leaks) for both
- * tasks; the whole check, with a seeded sample of mutants, on grad-bucketing (CPU, world sizes 1, 2
+ * The bundled tasks under `task check`. The static half (promises, markers, contract, leaks) for every
+ * bundled task; the whole check, with a seeded sample of mutants, on grad-bucketing (CPU, world sizes 1, 2
  * and 4) through the real CLI. cuda-graph-decode needs a GPU: here it is refused as not runnable;
  * its full check on an H200 is in bench/gpu_check_cuda-graph-decode.json.
  */
@@ -23,7 +23,7 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-describe.each(["grad-bucketing", "cuda-graph-decode"])("%s, static half", (id) => {
+describe.each(["grad-bucketing", "cuda-graph-decode", "weight-sync-delta"])("%s, static half", (id) => {
   it("every probe is marked with a known promise and kind, every promise is probed", () => {
     const task = loadGraderTask(id);
     const scan = scanProbeMarkers(task);
