@@ -3,7 +3,7 @@
  * (sequential), the same submissions each time, both measured in one invocation. Target on 2 cores
  * for CPU tasks: ratio ≥ 1.7.
  *
- *   npm run build && npx tsx bench/campaign_throughput.ts [--n 8] [--rounds 1] [--agents 0] [--json FILE]
+ *   npm run build && npx tsx bench/campaign_throughput.ts [--n 8] [--rounds 1] [--agents 0] [--think-s 0] [--skip-grade-many] [--json FILE]
  *
  * grade-many: `n` distinct real submissions of tiny-mean (golden, two adversarial patches, the hollow
  * patch, in turn, each made distinct by a file of its own so no grade is reused), graded by the real
@@ -27,6 +27,9 @@ const { values } = parseArgs({
     rounds: { type: "string", default: "1" },
     agents: { type: "string", default: "0" },
     json: { type: "string" },
+    // Seconds the stand-in holds each scripted turn (INFRADEV_STANDIN_THINK_S): a model's think time.
+    "think-s": { type: "string", default: "0" },
+    "skip-grade-many": { type: "boolean", default: false },
   },
 });
 const n = Math.max(2, Number(values.n));
@@ -45,9 +48,10 @@ function distinct(patch: string, i: number): string {
   return `${patch.endsWith("\n") ? patch : `${patch}\n`}diff --git a/bench_${i}.txt b/bench_${i}.txt\nnew file mode 100644\n--- /dev/null\n+++ b/bench_${i}.txt\n@@ -0,0 +1 @@\n+submission ${i}\n`;
 }
 
+const thinkS = values["think-s"] ?? "0";
 function timed(args: string[]): number {
   const t0 = performance.now();
-  execFileSync(process.execPath, [CLI, ...args], { stdio: ["ignore", "ignore", "pipe"], maxBuffer: 1 << 26 });
+  execFileSync(process.execPath, [CLI, ...args], { stdio: ["ignore", "ignore", "pipe"], maxBuffer: 1 << 26, env: { ...process.env, INFRADEV_STANDIN_THINK_S: thinkS } });
   return (performance.now() - t0) / 1000;
 }
 
@@ -62,7 +66,7 @@ try {
   log(`calibrating tiny-mean once (not timed) ...`);
   execFileSync(process.execPath, [CLI, "calibrate", "--task", "tiny-mean", "--tasks-dir", TASKS, "--calibration-dir", cal], { stdio: ["ignore", "ignore", "inherit"] });
   for (let r = 0; r < rounds; r++) {
-    for (const c of r % 2 === 0 ? [1, 2] : [2, 1]) {
+    for (const c of values["skip-grade-many"] ? [] : r % 2 === 0 ? [1, 2] : [2, 1]) {
       const wall = timed(["grade-many", "--predictions", preds, "--out", join(scratch, `gm-c${c}-r${r}`), "--tasks-dir", TASKS, "--calibration-dir", cal, "--concurrency", String(c)]);
       results.push({ what: "grade-many", concurrency: c, round: r, submissions: n, wall_s: wall, per_hour: (n / wall) * 3600 });
       log(`grade-many  concurrency ${c}  round ${r}: ${n} graded in ${wall.toFixed(1)} s = ${((n / wall) * 3600).toFixed(0)}/h`);
@@ -83,7 +87,7 @@ try {
   const summary = [...new Set(results.map((x) => x.what))].map((what) => ({ what, per_hour_c1: rate(what, 1), per_hour_c2: rate(what, 2), ratio: rate(what, 2) / rate(what, 1) }));
   const machine = { cores: availableParallelism(), cpu: cpus()[0]?.model ?? "?", node: process.version, load_avg_1m_end: Number(readFileSync("/proc/loadavg", "utf8").split(" ")[0]) };
   for (const s of summary) log(`${s.what}: ${s.per_hour_c1.toFixed(0)}/h sequential, ${s.per_hour_c2.toFixed(0)}/h at concurrency 2: ratio ${s.ratio.toFixed(2)} (target ≥ 1.7 on 2 cores)`);
-  const report = JSON.stringify({ machine, submissions: n, rounds, summary, results }, null, 2);
+  const report = JSON.stringify({ machine, submissions: n, rounds, standin_think_s: Number(thinkS), summary, results }, null, 2);
   if (values.json) writeFileSync(values.json, `${report}\n`);
   process.stdout.write(`${report}\n`);
 } finally {

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { standinSteps, type StandinStep } from "../campaign/standin/script.js";
-import { mapTool, startStandin } from "../campaign/standin/server.js";
+import { mapTool, standinThinkS, startStandin } from "../campaign/standin/server.js";
 import { UsageError } from "../lib/errors.js";
 import { loadGraderTask } from "../tasks/loader.js";
 
@@ -114,6 +114,25 @@ describe("stand-in model server", () => {
     expect(await pending).toBe("closed");
     expect(Date.now() - started).toBeLessThan(5_000);
     expect(s.requests).toHaveLength(0);
+  });
+
+  it("INFRADEV_STANDIN_THINK_S holds every scripted turn that long (a model's think time for throughput benchmarks); a bad value is refused", async () => {
+    expect(standinThinkS({})).toBe(0);
+    expect(() => standinThinkS({ INFRADEV_STANDIN_THINK_S: "-1" })).toThrow(/INFRADEV_STANDIN_THINK_S/);
+    expect(() => standinThinkS({ INFRADEV_STANDIN_THINK_S: "soon" })).toThrow(/got "soon"/);
+    const before = process.env.INFRADEV_STANDIN_THINK_S;
+    process.env.INFRADEV_STANDIN_THINK_S = "0.6";
+    const s = await startStandin({ steps: STEPS });
+    if (before === undefined) delete process.env.INFRADEV_STANDIN_THINK_S;
+    else process.env.INFRADEV_STANDIN_THINK_S = before;
+    try {
+      const started = Date.now();
+      const r = await (await post(`${s.url}/chat/completions`, { model: "m", messages: [{ role: "user", content: "go" }], tools: chatTools })).json();
+      expect(r.choices[0].message.tool_calls[0].function.name).toBe("infradev_get_task");
+      expect(Date.now() - started).toBeGreaterThanOrEqual(550);
+    } finally {
+      await s.close();
+    }
   });
 
   it("mapTool prefers the infradev namespace, then the infradev_ prefix, then a __ suffix", () => {

@@ -37,14 +37,27 @@ interface Turn {
   step: Exclude<StandinStep, { sleep_s: number }> | null;
 }
 
-function turnsOf(steps: StandinStep[]): Turn[] {
+/**
+ * `INFRADEV_STANDIN_THINK_S`: seconds the stand-in holds every scripted turn (not the title request), as a model's think time (default
+ * 0). For benchmarks of campaign throughput: a real model's latency, not the grader's CPU, is what a
+ * campaign mostly waits on, and an instant stand-in hides that.
+ */
+export function standinThinkS(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.INFRADEV_STANDIN_THINK_S;
+  if (raw === undefined || raw === "") return 0;
+  const v = Number(raw);
+  if (!Number.isFinite(v) || v < 0 || v > 3600) throw new Error(`INFRADEV_STANDIN_THINK_S must be a number of seconds from 0 to 3600 (got "${raw}")`);
+  return v;
+}
+
+function turnsOf(steps: StandinStep[], thinkS = 0): Turn[] {
   const turns: Turn[] = [];
-  let delay = 0;
+  let delay = thinkS;
   for (const s of steps) {
     if ("sleep_s" in s) delay += s.sleep_s;
     else {
       turns.push({ delayS: delay, step: s });
-      delay = 0;
+      delay = thinkS;
     }
   }
   turns.push({ delayS: delay, step: null }); // past the end: a closing text
@@ -120,7 +133,7 @@ export interface StandinOptions {
 
 /** Starts the stand-in on 127.0.0.1 (a free port). */
 export async function startStandin(opts: StandinOptions): Promise<StandinServer> {
-  const turns = turnsOf(opts.steps);
+  const turns = turnsOf(opts.steps, standinThinkS());
   const requests: StandinRequest[] = [];
   let seq = 0;
 
