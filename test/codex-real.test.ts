@@ -7,26 +7,17 @@
  * our server's namespace must be in it — here with both cores kept busy by two spinning processes.
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createRequire } from "node:module";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureBuilt } from "./helpers/backends.js";
+import { codexEntry } from "../campaign/harness/codex.js";
 
 const FIXTURES = join(import.meta.dirname, "fixtures", "grader", "tasks");
 
-function codexBinary(): string | null {
-  try {
-    const pkg = createRequire(import.meta.url).resolve("@openai/codex/package.json");
-    const bin = join(dirname(pkg), (JSON.parse(readFileSync(pkg, "utf8")) as { bin: { codex: string } }).bin.codex);
-    return existsSync(bin) ? bin : null;
-  } catch {
-    return null;
-  }
-}
 
-const codex = codexBinary();
+const codex = codexEntry();
 
 describe.skipIf(codex === null)("the real Codex CLI sees infradev's tools (skipped only when @openai/codex is not installed: run npm install)", () => {
   let cli: string;

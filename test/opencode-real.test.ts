@@ -15,26 +15,17 @@
  * not run fails the test.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { toolTimeoutSec } from "../cli/connect.js";
 import { loadPublicTask } from "../tasks/loader.js";
 import { ensureBuilt } from "./helpers/backends.js";
+import { opencodeBinary } from "../campaign/harness/opencode.js";
 
 const OPENCODE_VERSION = "1.18.33";
 
-function opencodeBinary(): string | null {
-  try {
-    const pkg = createRequire(import.meta.url).resolve("opencode-ai/package.json");
-    const bin = join(dirname(pkg), "bin", "opencode.exe");
-    return existsSync(bin) ? bin : null;
-  } catch {
-    return null;
-  }
-}
 
 const opencode = opencodeBinary();
 const why = "opencode-ai is not installed (it is a pinned devDependency: run npm install)";
