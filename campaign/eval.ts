@@ -6,9 +6,9 @@ import { readJsonFile } from "../lib/json.js";
 import { bundledTasksDir } from "../lib/paths.js";
 import { NotRunnableError, taskPython, taskRunnableHere } from "../tasks/runnable.js";
 import { listTaskIds, loadGraderTask, type GraderTask } from "../tasks/loader.js";
-import { engineFor, type EngineOptions } from "./engine.js";
+import { engineFor } from "./engine.js";
 import { KILL_GRACE_MS } from "./engines/local.js";
-import type { CampaignSummary } from "./grade-many.js";
+import type { CampaignCommandOptions, CampaignSummary } from "./grade-many.js";
 import { calibrationJob, campaignPaths, cliEntry, defaultConcurrency, driveGroups, gradeBudgetSec, graderFlags, jobEnv, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
 import { mergeManifest, readManifest, writeManifest } from "./manifest.js";
 import { GRADE_FILE, MANIFEST_FILE, RUN_RECORD_FILE, runId, type AgentConfig, type CampaignManifest, type RunRecord } from "./types.js";
@@ -20,24 +20,12 @@ import { GRADE_FILE, MANIFEST_FILE, RUN_RECORD_FILE, runId, type AgentConfig, ty
  * `infradev run` itself picks up what its folder holds (grades only, or starts afresh).
  */
 
-export interface EvalOptions {
+export interface EvalOptions extends CampaignCommandOptions {
   campaignDir: string;
   /** Task ids, or "all" (every task of the tasks folder). */
   tasks: string[] | "all";
-  tasksDir: string | null;
   agents: AgentConfig[];
   repeats: number;
-  engine: string;
-  concurrency?: number;
-  sandbox: string;
-  calibrationDir?: string;
-  python?: string;
-  extend?: boolean;
-  /** The slurm engine's settings (cli/slurm-options.ts). */
-  slurm?: EngineOptions["slurm"];
-  argv: string[];
-  signal?: AbortSignal;
-  say: (line: string) => void;
 }
 
 export interface PlannedRun {

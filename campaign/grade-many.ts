@@ -20,9 +20,8 @@ import { GRADE_FILE, MANIFEST_FILE, PATCH_FILE, RUN_RECORD_FILE, type RunRecord 
  * and a grade job killed midway resumes from the grader's own session files.
  */
 
-export interface GradeManyOptions {
-  campaignDir: string;
-  predictions: string;
+/** What every campaign command (eval, grade-many) is given besides its own matrix. */
+export interface CampaignCommandOptions {
   tasksDir: string | null;
   engine: string;
   concurrency?: number;
@@ -35,6 +34,11 @@ export interface GradeManyOptions {
   argv: string[];
   signal?: AbortSignal;
   say: (line: string) => void;
+}
+
+export interface GradeManyOptions extends CampaignCommandOptions {
+  campaignDir: string;
+  predictions: string;
 }
 
 export interface CampaignSummary {
