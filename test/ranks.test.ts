@@ -210,12 +210,20 @@ def test_plants_links():
     out = os.environ["INFRADEV_OUT_DIR"]
     r = os.environ["RANK"]
     # Every session's pytest XML name: under load the launcher may have restarted the ranks once already.
-    for name in ("launch.json", f"rank{r}.xml", f"rank{r}.probe.json", *(f"rank{r}.session{s}.pytest.xml" for s in range(4)), f"rank{r}.xml.tmp",
-                 "launch.json.tmp-000000000001", f"rank{r}.collected.json.tmp-000000000001"):
+    # The names both ranks share are planted by rank 0 alone: two ranks racing on one name would make one
+    # test fail with FileExistsError before it planted its own names.
+    names = [f"rank{r}.xml", f"rank{r}.probe.json", *(f"rank{r}.session{s}.pytest.xml" for s in range(4)), f"rank{r}.xml.tmp",
+             f"rank{r}.collected.json.tmp-000000000001"]
+    if r == "0":
+        names += ["launch.json", "launch.json.tmp-000000000001"]
+    for name in names:
         path = os.path.join(out, name)
-        if os.path.lexists(path):
-            os.unlink(path)
-        os.symlink("/etc/passwd", path)
+        while True:
+            try:
+                os.symlink("/etc/passwd", path)
+                break
+            except FileExistsError:  # the launcher may write the name between an unlink and the symlink
+                os.unlink(path)
     os.mkfifo(os.path.join(out, f"rank{r}.stacks.fifo"))
     assert False, "fails"
 `,
