@@ -85,3 +85,25 @@ def test_ddp_without_layout_computes_optimizers(make_ddp, pad_high, bucket_size)
         assert [tuple(b) for b in buf.bucket_indices] == [tuple(b) for b in layout.bucket_indices]
         index, buckets, _ = ref_layout(list(buf.params), ddp.bucket_size, 1, True, pad_high)
         assert [tuple(b) for b in buf.bucket_indices] == buckets and dict(buf.param_index_map) == index, f"{key}: not the optimizer's padded layout"
+
+
+@pytest.mark.probe(promise="process-groups-unchanged", kind="state")
+@pytest.mark.parametrize("distopt", [False, True])
+@pytest.mark.parametrize("model_name", ["experts", "experts-mixed-shared"])
+def test_buffers_reduce_over_their_groups(make_ddp, model_name, distopt):
+    """Dense buffers reduce over DDP's data-parallel group (with context parallelism), expert
+    buffers over its expert data-parallel group, and each bucket group over its buffers' group.
+    On one GPU both groups have one rank, but they are two different groups."""
+    shapes, dtypes, expert, shared = MODELS[model_name]
+    ddp = make_ddp(ParamNet(shapes, dtypes, expert, shared, seed=8), use_distributed_optimizer=distopt, overlap_grad_reduce=True, bucket_size=100)
+    dense_group, expert_group = ddp.intra_dp_cp_group, ddp.intra_expt_dp_group
+    assert dense_group is not expert_group
+    assert ddp.buffers and ddp.expert_parallel_buffers
+    for buf in ddp.buffers:
+        assert buf.data_parallel_group is dense_group, f"a dense buffer ({buf.param_dtype}) does not reduce over the data-parallel group"
+    for buf in ddp.expert_parallel_buffers:
+        assert buf.data_parallel_group is expert_group, f"an expert-parallel buffer ({buf.param_dtype}) does not reduce over the expert data-parallel group"
+    for kind, groups, want in (("dense", ddp.bucket_groups, dense_group), ("expert", ddp.expert_parallel_bucket_groups, expert_group)):
+        for g in groups:
+            got = g.intra_distributed_optimizer_instance_group if distopt else g.data_parallel_group
+            assert got is want, f"a {kind} bucket group reduces over another group"
