@@ -207,3 +207,16 @@ def test_param_gather_chain(make_ddp, bucket_size):
         assert groups[0].next_param_gather_bucket_group is None, f"{kind}: the first bucket group gathers nothing after it"
         for i in range(1, len(groups)):
             assert groups[i].next_param_gather_bucket_group is groups[i - 1], f"{kind}: bucket group {i} must chain to group {i - 1}"
+
+
+@pytest.mark.probe(promise="param-gather-chain", kind="state")
+@pytest.mark.parametrize("distopt", [False, True])
+def test_disable_bucketing_makes_one_bucket_group(make_ddp, distopt):
+    """disable_bucketing: one bucket per buffer, and one bucket group holding the buckets of every
+    dense buffer (and one for the expert-parallel ones), as before."""
+    module = ParamNet([(9, 9), (130,), (12, 5), (70,), (150,), (40,), (3, 3)], [FP32, FP32, BF16, FP32, BF16, BF16, torch.float16], expert=(1, 4), seed=9)
+    ddp = make_ddp(module, disable_bucketing=True, use_distributed_optimizer=distopt, overlap_grad_reduce=True, bucket_size=50)
+    for kind, buffers, groups in (("dense", ddp.buffers, ddp.bucket_groups), ("expert", ddp.expert_parallel_buffers, ddp.expert_parallel_bucket_groups)):
+        assert all(len(b.buckets) == 1 for b in buffers), f"{kind}: disable_bucketing leaves one bucket per buffer"
+        assert len(groups) == 1, f"{kind}: disable_bucketing makes one bucket group, got {len(groups)}"
+        assert {id(x) for x in groups[0].buckets} == {id(b.buckets[0]) for b in buffers}, f"{kind}: the one bucket group must hold every buffer's bucket"
