@@ -207,6 +207,12 @@ def test_param_gather_chain(make_ddp, bucket_size):
         assert groups[0].next_param_gather_bucket_group is None, f"{kind}: the first bucket group gathers nothing after it"
         for i in range(1, len(groups)):
             assert groups[i].next_param_gather_bucket_group is groups[i - 1], f"{kind}: bucket group {i} must chain to group {i - 1}"
+    # The hooks find a parameter's bucket group through this map.
+    for g in list(ddp.bucket_groups) + list(ddp.expert_parallel_bucket_groups):
+        for bucket in g.buckets:
+            for p in bucket.params_list:
+                assert ddp.param_to_bucket_group.get(p) is g, "param_to_bucket_group does not map a parameter to its bucket group"
+    assert len(ddp.param_to_bucket_group) == len(trainable(module))
 
 
 @pytest.mark.probe(promise="param-gather-chain", kind="state")

@@ -18,6 +18,7 @@ MODELS = {
     "mixed-dtypes": ([(3, 5), (7,), (33, 2), (1,), (10, 10), (17, 3)], [BF16, FP32, BF16, FP16, FP32, BF16], (), ()),
     "experts": ([(9, 9), (13,), (12, 5), (70,), (6,)], None, (1, 3, 4), ()),
     "experts-mixed-shared": ([(9, 9), (13,), (12, 5), (70,), (6,), (3, 3)], [BF16, BF16, FP32, BF16, FP32, BF16], (1, 4), (2,)),
+    "expert-first": ([(5, 6), (13,), (12, 5), (7, 7), (33,)], [BF16, FP32, BF16, BF16, FP32], (0, 3), ()),
 }
 CONFIGS = [
     # (distopt, pad_high, overlap_grad_reduce, bucket_size, grad_reduce_in_fp32)
@@ -89,7 +90,7 @@ def test_ddp_without_layout_computes_optimizers(make_ddp, pad_high, bucket_size)
 
 @pytest.mark.probe(promise="process-groups-unchanged", kind="state")
 @pytest.mark.parametrize("distopt", [False, True])
-@pytest.mark.parametrize("model_name", ["experts", "experts-mixed-shared"])
+@pytest.mark.parametrize("model_name", ["experts", "experts-mixed-shared", "expert-first"])
 def test_buffers_reduce_over_their_groups(make_ddp, model_name, distopt):
     """Dense buffers reduce over DDP's data-parallel group (with context parallelism), expert
     buffers over its expert data-parallel group, and each bucket group over its buffers' group.
@@ -103,6 +104,8 @@ def test_buffers_reduce_over_their_groups(make_ddp, model_name, distopt):
         assert buf.data_parallel_group is dense_group, f"a dense buffer ({buf.param_dtype}) does not reduce over the data-parallel group"
     for buf in ddp.expert_parallel_buffers:
         assert buf.data_parallel_group is expert_group, f"an expert-parallel buffer ({buf.param_dtype}) does not reduce over the expert data-parallel group"
+    for buf in list(ddp.buffers) + list(ddp.expert_parallel_buffers):
+        assert buf.gradient_scaling_factor == 1.0, f"gradient_scaling_factor {buf.gradient_scaling_factor}: 1 / data-parallel size is 1 here"
     for kind, groups, want in (("dense", ddp.bucket_groups, dense_group), ("expert", ddp.expert_parallel_bucket_groups, expert_group)):
         for g in groups:
             got = g.intra_distributed_optimizer_instance_group if distopt else g.data_parallel_group
