@@ -41,7 +41,7 @@ def _provider(seed):
 
 
 @pytest.mark.probe(promise="get-model-passes-layouts", kind="condition")
-@pytest.mark.parametrize("case", ["bucketed", "gather-with-optimizer-step", "later-pipeline-stage", "no-distributed-optimizer"])
+@pytest.mark.parametrize("case", ["bucketed", "gather-with-optimizer-step", "later-pipeline-stage", "no-distributed-optimizer", "two-model-chunks"])
 def test_get_model_passes_the_optimizers_layout(megatron_args, monkeypatch, case):
     from megatron.core.distributed import DistributedDataParallel
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
@@ -63,9 +63,30 @@ def test_get_model_passes_the_optimizers_layout(megatron_args, monkeypatch, case
         monkeypatch.setattr(training.mpu, "get_pipeline_model_parallel_rank", lambda *a, **k: 1)
     if case == "no-distributed-optimizer":
         megatron_args.use_distributed_optimizer = False
+    chunks = 1
+    if case == "two-model-chunks":
+        # Virtual pipeline parallelism: get_model builds one model chunk per virtual stage when the
+        # pipeline group has 2+ ranks; its size is patched to 2 (one GPU has one rank).
+        from megatron.core import parallel_state
+
+        chunks = 2
+        megatron_args.virtual_pipeline_model_parallel_size = 2
+        pp_group = parallel_state.get_pipeline_model_parallel_group()
+        real_size = training.get_pg_size
+        monkeypatch.setattr(training, "get_pg_size", lambda g, *a, **k: 2 if g is pp_group else real_size(g, *a, **k))
 
     model = training.get_model(_provider(12), wrap_with_ddp=True)
-    assert isinstance(model, list) and len(model) == 1 and isinstance(model[0], DistributedDataParallel), f"get_model returned {type(model[0]) if isinstance(model, list) and model else model}"
+    assert isinstance(model, list) and len(model) == chunks and all(isinstance(m, DistributedDataParallel) for m in model), f"get_model returned {[type(m) for m in model] if isinstance(model, list) else model}"
+    if chunks == 2:
+        assert len(calls) == 2, f"get_model called compute_full_param_layout {len(calls)} times for two model chunks"
+        assert [c[1] for c in calls] == [300, None], f"bucket sizes {[c[1] for c in calls]}: the first chunk's is the DDP config's, a later chunk's none (one bucket)"
+        for ddp, call in zip(model, calls):
+            assert call[0] == trainable(ddp.module), "a chunk's layout was computed for another chunk's parameters"
+        later = model[1]
+        for kind, buffers, groups in (("dense", later.buffers, later.bucket_groups), ("expert", later.expert_parallel_buffers, later.expert_parallel_bucket_groups)):
+            assert all(len(b.bucket_indices) == 1 for b in buffers), f"the second chunk's {kind} buffers must have one bucket"
+            assert len(groups) <= 1, f"the second chunk is wrapped with bucketing disabled: one {kind} bucket group, got {len(groups)}"
+        return
     ddp = model[0]
     buffers = list(ddp.buffers) + list(ddp.expert_parallel_buffers)
     if case == "no-distributed-optimizer":
