@@ -29,11 +29,11 @@ def megatron_args(monkeypatch, model_parallel):
     yield args
 
 
-def _provider(seed):
+def _provider(seed, dtypes=None):
     from megatron.core.transformer import TransformerConfig
 
     def provide(*_, **__):
-        net = ParamNet([(9, 9), (13,), (12, 5), (70,), (6,)], None, expert=(1, 3), shared=(), seed=seed)
+        net = ParamNet([(9, 9), (13,), (12, 5), (70,), (6,)], dtypes, expert=(1, 3), shared=(), seed=seed)
         net.config = TransformerConfig(num_attention_heads=1, num_layers=1)
         return net
 
@@ -75,7 +75,10 @@ def test_get_model_passes_the_optimizers_layout(megatron_args, monkeypatch, case
         real_size = training.get_pg_size
         monkeypatch.setattr(training, "get_pg_size", lambda g, *a, **k: 2 if g is pp_group else real_size(g, *a, **k))
 
-    model = training.get_model(_provider(12), wrap_with_ddp=True)
+    # Two model chunks: two parameter dtypes, so two buffers per kind, which one bucket group joins
+    # only with bucketing disabled.
+    dtypes = [torch.float32, torch.bfloat16, torch.bfloat16, torch.float32, torch.float32] if chunks == 2 else None
+    model = training.get_model(_provider(12, dtypes), wrap_with_ddp=True)
     assert isinstance(model, list) and len(model) == chunks and all(isinstance(m, DistributedDataParallel) for m in model), f"get_model returned {[type(m) for m in model] if isinstance(model, list) else model}"
     if chunks == 2:
         assert len(calls) == 2, f"get_model called compute_full_param_layout {len(calls)} times for two model chunks"
@@ -85,7 +88,8 @@ def test_get_model_passes_the_optimizers_layout(megatron_args, monkeypatch, case
         later = model[1]
         for kind, buffers, groups in (("dense", later.buffers, later.bucket_groups), ("expert", later.expert_parallel_buffers, later.expert_parallel_bucket_groups)):
             assert all(len(b.bucket_indices) == 1 for b in buffers), f"the second chunk's {kind} buffers must have one bucket"
-            assert len(groups) <= 1, f"the second chunk is wrapped with bucketing disabled: one {kind} bucket group, got {len(groups)}"
+            assert len(buffers) == 2, f"the second chunk has two {kind} dtypes: {len(buffers)} buffers"
+            assert len(groups) == 1, f"the second chunk is wrapped with bucketing disabled: one {kind} bucket group for its {len(buffers)} buffers, got {len(groups)}"
         return
     ddp = model[0]
     buffers = list(ddp.buffers) + list(ddp.expert_parallel_buffers)
