@@ -4,6 +4,8 @@
 # .device/nm.tar.xz as bench/gpu_task_check.sh uses them. Resumable: the check's folder and the
 # calibration go back as $OUT/state.tar.xz; carry it as .device/mega/state.tar.xz to go on.
 #   MATRIX=1 JOBS=8 MUTANTS=40 TIME_LIMIT_MIN=4 HARD_S=420 bash bench/gpu_check_megatron.sh
+# wt.tar.xz from a checkout with dist/ built:
+#   (git ls-files -co --exclude-standard; find dist -type f) | tar -cJf .device/mega/wt.tar.xz -T -
 set -u
 OUT=${OUT:-/tmp/gpu-check-out}; mkdir -p "$OUT"
 C=$(realpath .device/mega)

@@ -40,14 +40,15 @@ def make_ddp(model_parallel):
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.transformer import TransformerConfig
 
-    def make(module, full_param_layout=None, pass_layout=False, disable_bucketing=False, **cfg):
+    def make(module, full_param_layout=None, pass_layout=False, disable_bucketing=False, model_config=None, **cfg):
         cfg.setdefault("grad_reduce_in_fp32", True)
         cfg.setdefault("average_in_collective", False)
         ddp_config = DistributedDataParallelConfig(**cfg)
         kwargs = {"full_param_layout": full_param_layout} if (pass_layout or full_param_layout is not None) else {}
         if disable_bucketing:
             kwargs["disable_bucketing"] = True
-        return DistributedDataParallel(TransformerConfig(num_attention_heads=1, num_layers=1), ddp_config=ddp_config, module=module.cuda(), **kwargs)
+        config = TransformerConfig(num_attention_heads=1, num_layers=1, **(model_config or {}))
+        return DistributedDataParallel(config, ddp_config=ddp_config, module=module.cuda(), **kwargs)
 
     return make
 

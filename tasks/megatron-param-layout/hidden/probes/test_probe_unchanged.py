@@ -110,3 +110,17 @@ def test_buffers_reduce_over_their_groups(make_ddp, model_name, distopt):
         for g in groups:
             got = g.intra_distributed_optimizer_instance_group if distopt else g.data_parallel_group
             assert got is want, f"a {kind} bucket group reduces over another group"
+
+
+@pytest.mark.probe(promise="process-groups-unchanged", kind="condition")
+@pytest.mark.parametrize("average_in_collective,per_token_loss", [(False, False), (True, False), (False, True)])
+def test_gradient_scaling_configs(make_ddp, average_in_collective, per_token_loss):
+    """DDP builds with every gradient-scaling choice it built with before (averaging in the
+    collective, per-token loss), dense and expert buffers alike; at data-parallel size 1 every
+    scaling factor is 1 (1 / dp, edp / dp, or 1 with per-token loss)."""
+    shapes, dtypes, expert, shared = MODELS["expert-first"]
+    ddp = make_ddp(ParamNet(shapes, dtypes, expert, shared, seed=10), model_config={"calculate_per_token_loss": per_token_loss},
+                   use_distributed_optimizer=True, overlap_grad_reduce=True, bucket_size=100, average_in_collective=average_in_collective)
+    buffers = list(ddp.buffers) + list(ddp.expert_parallel_buffers)
+    assert ddp.buffers and ddp.expert_parallel_buffers
+    assert all(b.gradient_scaling_factor == 1.0 for b in buffers), [b.gradient_scaling_factor for b in buffers]
