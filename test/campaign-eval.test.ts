@@ -67,6 +67,12 @@ describe("eval", () => {
     expect(RUNS.some(complete), log1).toBe(true);
     first.kill("SIGKILL");
     await exited;
+    // The killed campaign's jobs end by themselves (the engine's watchdog), harness processes included.
+    const gone = Date.now() + 20_000;
+    while (campaignProcesses().length && Date.now() < gone) await new Promise((r) => setTimeout(r, 200));
+    expect(campaignProcesses(), "processes of the killed campaign are still running").toEqual([]);
+
+    // What finished is counted once its jobs are gone: a run may complete between the kill and the watchdog.
     const done1 = RUNS.filter(complete);
     expect(done1.length, "killed too late to test a resume").toBeLessThan(4);
     const snap = (id: string) => ({
@@ -86,11 +92,6 @@ describe("eval", () => {
       );
     const cal1 = calibrations();
     expect(cal1.size, "a graded run's task has its calibration").toBeGreaterThanOrEqual(1);
-
-    // The killed campaign's jobs end by themselves (the engine's watchdog), harness processes included.
-    const gone = Date.now() + 20_000;
-    while (campaignProcesses().length && Date.now() < gone) await new Promise((r) => setTimeout(r, 200));
-    expect(campaignProcesses(), "processes of the killed campaign are still running").toEqual([]);
 
     // While nothing runs, `eval status` reads the folder: finished runs done, the others not.
     const st = JSON.parse((await run(process.execPath, [CLI, "eval", "status", out(), "--json"])).stdout) as RunStatusRow[];
