@@ -14,10 +14,10 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { cpSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Engine, JobSpec } from "../campaign/engine.js";
-import { LocalEngine } from "../campaign/engines/local.js";
-import { SlurmEngine } from "../campaign/engines/slurm.js";
-import { packageRoot } from "../lib/paths.js";
+import type { Engine, JobSpec } from "../src/campaign/engines/types.js";
+import { LocalEngine } from "../src/campaign/engines/local.js";
+import { SlurmEngine } from "../src/campaign/engines/slurm.js";
+import { packageRoot } from "../src/lib/paths.js";
 import { ensureBuilt } from "../test/helpers/backends.js";
 
 function flag(name: string, dflt: number): number {

@@ -19,7 +19,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { packageRoot } from "../lib/paths.js";
+import { packageRoot } from "../src/lib/paths.js";
 
 const { values } = parseArgs({
   options: {

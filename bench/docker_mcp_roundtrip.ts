@@ -21,8 +21,8 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import Docker from "dockerode";
 import { execa } from "execa";
-import { createDockerSandbox, type DockerSandbox } from "../sandbox/docker.js";
-import { LABEL } from "../sandbox/docker-spec.js";
+import { createDockerSandbox, type DockerSandbox } from "../src/sandbox/docker/create.js";
+import { LABEL } from "../src/sandbox/docker/spec.js";
 import { ensureBuilt } from "../test/helpers/backends.js";
 import { TEST_IMAGE, ensureTestImage } from "../test/helpers/docker-image.js";
 

@@ -17,9 +17,9 @@ import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { Writable } from "node:stream";
 import { execa } from "execa";
-import { createDockerSandbox, type DockerSandbox } from "../sandbox/docker.js";
-import { createLocalSandbox } from "../sandbox/local.js";
-import type { Sandbox } from "../sandbox/types.js";
+import { createDockerSandbox, type DockerSandbox } from "../src/sandbox/docker/create.js";
+import { createLocalSandbox } from "../src/sandbox/local/sandbox.js";
+import type { Sandbox } from "../src/sandbox/types.js";
 import { TEST_IMAGE, ensureTestImage } from "../test/helpers/docker-image.js";
 
 function arg(name: string, fallback: string): string {

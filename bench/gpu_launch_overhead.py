@@ -18,7 +18,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HELPERS = os.path.join(ROOT, "sandbox", "python")
+HELPERS = os.path.join(ROOT, "python", "sandbox")
 SMOKE = os.path.join(ROOT, "bench", "gpu_nccl_smoke.py")
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 

@@ -20,7 +20,7 @@ if has env; then
 fi
 if has doctor; then
   say "doctor (python side): infradev_doctor.py --gpu"
-  $PY sandbox/python/infradev_doctor.py --gpu > "$OUT/doctor.json"; echo "exit $?"
+  $PY python/host/infradev_doctor.py --gpu > "$OUT/doctor.json"; echo "exit $?"
   $PY -c 'import json,sys; r=json.load(open(sys.argv[1])); [print("  %-10s %-5s %s" % (k, {True:"ok",False:"WARN" if k in ("bwrap","torchrun") else "FAIL",None:"n/a"}[v["ok"]], v["detail"])) for k,v in r["checks"].items()]' "$OUT/doctor.json"
 fi
 if has timings; then

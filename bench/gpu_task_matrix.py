@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAUNCHER = os.path.join(ROOT, "sandbox", "python", "infradev_launch.py")
+LAUNCHER = os.path.join(ROOT, "python", "sandbox", "infradev_launch.py")
 
 
 def load_task(task_dir):

@@ -13,18 +13,18 @@ import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { graderSandboxFactory } from "../cli/grade.js";
-import { calibrate } from "../grader/calibrate.js";
-import { taskContentHash } from "../grader/files.js";
-import { hardwareFingerprint } from "../grader/fingerprint.js";
-import { gradeSubmission } from "../grader/grade.js";
-import { applyPatch } from "../grader/apply.js";
-import { planSessions } from "../grader/sessions.js";
-import { freshWorkspace, installGradingTests, removeWorkspace } from "../grader/workspace.js";
-import { pythonHelpersDir } from "../lib/paths.js";
-import type { SandboxKind } from "../sandbox/types.js";
-import { loadGraderTask } from "../tasks/loader.js";
-import type { SessionResult } from "../grader/types.js";
+import { graderSandboxFactory } from "../src/cli/grade.js";
+import { calibrate } from "../src/grader/grade/calibrate.js";
+import { taskContentHash } from "../src/lib/files.js";
+import { hardwareFingerprint } from "../src/grader/workspace/fingerprint.js";
+import { gradeSubmission } from "../src/grader/grade/grade.js";
+import { applyPatch } from "../src/grader/workspace/apply.js";
+import { planSessions } from "../src/grader/grade/sessions.js";
+import { freshWorkspace, installGradingTests, removeWorkspace } from "../src/grader/workspace/workspace.js";
+import { sandboxPythonDir } from "../src/lib/paths.js";
+import type { SandboxKind } from "../src/sandbox/types.js";
+import { loadGraderTask } from "../src/task/public/loader.js";
+import type { SessionResult } from "../src/grader/grade/types.js";
 
 const { values } = parseArgs({
   options: {
@@ -85,7 +85,7 @@ try {
         [
           "-I",
           "-S",
-          join(pythonHelpersDir(), "infradev_launch.py"),
+          join(sandboxPythonDir(), "infradev_launch.py"),
           "--nproc", String(spec.ranks),
           "--out-dir", join(ws.repoDir, ".infradev", "direct", String(j)),
           "--per-test-timeout", String(spec.timeout_sec),
@@ -108,7 +108,7 @@ try {
       for (const [j, plan] of sessionPlans.entries()) {
         await execa(
           spec.env.python,
-          ["-I", "-S", join(pythonHelpersDir(), "infradev_launch.py"), "--nproc", String(spec.ranks), "--out-dir", join(ws2.repoDir, ".infradev", "same", String(j)), "--per-test-timeout", String(spec.timeout_sec), "--run-timeout", String(spec.run_timeout_sec), "--", ...plan.pytestArgs],
+          ["-I", "-S", join(sandboxPythonDir(), "infradev_launch.py"), "--nproc", String(spec.ranks), "--out-dir", join(ws2.repoDir, ".infradev", "same", String(j)), "--per-test-timeout", String(spec.timeout_sec), "--run-timeout", String(spec.run_timeout_sec), "--", ...plan.pytestArgs],
           { cwd: ws2.repoDir, env: plan.env, reject: false, stdin: "ignore" },
         );
       }

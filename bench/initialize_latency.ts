@@ -14,7 +14,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { packageRoot } from "../lib/paths.js";
+import { packageRoot } from "../src/lib/paths.js";
 
 const arg = (name: string, dflt: string) => {
   const i = process.argv.indexOf(name);

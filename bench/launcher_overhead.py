@@ -22,7 +22,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SANDBOX_PY = os.path.join(ROOT, "sandbox", "python")
+SANDBOX_PY = os.path.join(ROOT, "python", "sandbox")
 sys.path.insert(0, SANDBOX_PY)
 
 from infradev_outputs import PYTEST_PREFIX  # noqa: E402

@@ -19,12 +19,12 @@ import { join, posix } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { randomBytes } from "node:crypto";
-import { bundledTasksDir, packageRoot } from "../lib/paths.js";
-import { launchSpecHex } from "../sandbox/ranks.js";
-import { loadPublicTask } from "../tasks/loader.js";
-import { modeEnv } from "../tools/support/task-env.js";
-import { createSandbox, type LocalSandbox } from "../sandbox/index.js";
-import { SANDBOX_BASE_DIR } from "../server/session.js";
+import { bundledTasksDir, packageRoot } from "../src/lib/paths.js";
+import { launchSpecHex } from "../src/runner/ranks.js";
+import { loadPublicTask } from "../src/task/public/loader.js";
+import { modeEnv } from "../src/tools/support/task-env.js";
+import { createSandbox, type LocalSandbox } from "../src/sandbox/picker.js";
+import { SANDBOX_BASE_DIR } from "../src/server/session.js";
 
 const TASK = "grad-bucketing";
 const task = loadPublicTask(TASK);

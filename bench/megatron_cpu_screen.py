@@ -11,7 +11,7 @@ only verdict that counts: bench/gpu_check_megatron.sh).
 
 Steps: a shallow repository from the bundle (tags base, merge); the golden tree (merge's code
 outside tests/ is base + the golden patch; its tests/ are the post-PR tests) with the probes in
-px/; mutants from sandbox/python/infradev_mutate.py (the ids `task check` uses); golden once, and
+px/; mutants from python/host/infradev_mutate.py (the ids `task check` uses); golden once, and
 every case golden fails on CPU deselected (gloo lacks reduce-scatter, AVG); then each mutant's file
 written into a worker's copy of the tree and `pytest -x <official> px` run: killed by the official
 tests, only by the probes, or survived. Resumable (DIR/screen.jsonl); DIR/summary.json at the end,
@@ -113,7 +113,7 @@ def main():
     golden, base = prepare(a.bundle, a.out)
     mfile = os.path.join(a.out, "mutants.json")
     if not os.path.exists(mfile):
-        p = subprocess.run([PY, os.path.join(ROOT, "sandbox", "python", "infradev_mutate.py"), "mutants", "--base", base, "--post", golden,
+        p = subprocess.run([PY, os.path.join(ROOT, "python", "host", "infradev_mutate.py"), "mutants", "--base", base, "--post", golden,
                             "--exclude-dir", "tests", "--exclude-dir", "px"], capture_output=True, text=True, check=True)
         open(mfile, "w").write(p.stdout)
     mutants = json.load(open(mfile))["mutants"]

@@ -17,7 +17,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SANDBOX_PY = os.path.join(os.path.dirname(HERE), "sandbox", "python")
+SANDBOX_PY = os.path.join(os.path.dirname(HERE), "python", "sandbox")
 
 
 def rank_main(args):

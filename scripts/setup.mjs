@@ -62,7 +62,7 @@ function sourcesHash() {
       else if (e.isFile() && e.name.endsWith(".ts")) h.update(`${p}\0`).update(readFileSync(p)).update("\0");
     }
   };
-  for (const top of ["cli", "server", "tools", "sandbox", "grader", "tasks", "lib", "campaign"]) if (existsSync(join(root, top))) walk(join(root, top));
+  walk(join(root, "src"));
   for (const f of ["tsconfig.json", "package-lock.json", "scripts/postbuild.mjs"]) if (existsSync(join(root, f))) h.update(f).update(readFileSync(join(root, f)));
   return h.digest("hex");
 }
@@ -91,5 +91,5 @@ if (!pythonOk || !bwrapOk) {
 }
 // The helpers are mounted read-only into the sandbox, where Python cannot cache bytecode: compile
 // them once here so every launcher and rank start skips it (~20 ms each).
-if (existsSync(python)) spawnSync(python, ["-m", "compileall", "-q", join(root, "sandbox", "python")], { stdio: "ignore" });
+if (existsSync(python)) spawnSync(python, ["-m", "compileall", "-q", join(root, "python", "sandbox")], { stdio: "ignore" });
 say("ready");

@@ -9,8 +9,8 @@
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import type { DockerCliOptions } from "../../cli/sandbox-options.js";
-import { packageRoot } from "../../lib/paths.js";
+import type { DockerCliOptions } from "../../src/cli/sandbox-options.js";
+import { packageRoot } from "../../src/lib/paths.js";
 import { TEST_IMAGE, dockerSuitePlan, ensureTestImage } from "./docker-image.js";
 
 export type Backend = "local" | "docker" | "none";
@@ -55,7 +55,7 @@ function newestMtime(dir: string): number {
 export function ensureBuilt(): string {
   const root = packageRoot();
   const cli = join(root, "dist", "cli", "main.js");
-  const sources = ["cli", "server", "tools", "sandbox", "tasks", "lib", "grader", "campaign"].map((d) => join(root, d)).filter(existsSync);
+  const sources = [join(root, "src")].filter(existsSync);
   const stale = !existsSync(cli) || Math.max(...sources.map(newestMtime)) > statSync(cli).mtimeMs;
   if (stale || process.env.INFRADEV_E2E_BUILD === "1") execFileSync("npm", ["run", "--silent", "build"], { cwd: root, stdio: "inherit" });
   return cli;

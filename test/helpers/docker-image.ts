@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import Docker from "dockerode";
 import { execa } from "execa";
-import { hostSystemMountPlan } from "../../sandbox/docker-spec.js";
+import { hostSystemMountPlan } from "../../src/sandbox/docker/spec.js";
 
 export const TEST_IMAGE = "infradev-test-base:local";
 const LAYOUT_VERSION = "1";

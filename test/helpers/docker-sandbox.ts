@@ -2,7 +2,7 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createDockerSandbox, type DockerSandbox, type DockerSandboxOptions } from "../../sandbox/docker.js";
+import { createDockerSandbox, type DockerSandbox, type DockerSandboxOptions } from "../../src/sandbox/docker/create.js";
 import { TEST_IMAGE } from "./docker-image.js";
 
 export const SECRET = "golden-answer-7f3a91";

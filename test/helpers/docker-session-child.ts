@@ -5,7 +5,7 @@
  *
  *   npx tsx test/helpers/docker-session-child.ts <workspace> <session id>
  */
-import { createDockerSandbox } from "../../sandbox/docker.js";
+import { createDockerSandbox } from "../../src/sandbox/docker/create.js";
 import { TEST_IMAGE } from "./docker-image.js";
 
 const [workspace, sessionId] = process.argv.slice(2);

@@ -14,7 +14,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, write
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { CampaignManifest, RunRecord } from "../../campaign/types.js";
+import type { CampaignManifest, RunRecord } from "../../src/campaign/types.js";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const TASKS: Record<string, { tasksDir: string; category: string; type: string }> = {

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SANDBOX_PY = os.path.join(REPO, "sandbox", "python")
+SANDBOX_PY = os.path.join(REPO, "python", "sandbox")
 LAUNCHER = os.path.join(SANDBOX_PY, "infradev_launch.py")
 
 # Scratch test files share this fixture: one gloo process group per module, torn down with a barrier

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(REPO, "sandbox", "python", "infradev_assertions.py")
+SCRIPT = os.path.join(REPO, "python", "host", "infradev_assertions.py")
 
 
 def run(patches):

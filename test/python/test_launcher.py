@@ -23,7 +23,7 @@ def test_env():
     assert os.environ["NCCL_NVLS_ENABLE"] == "0"
     assert os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert os.environ["NVSHMEM_DISABLE_NVLS"] == "1"
-    import infradev_probe  # importable from the tests: PYTHONPATH starts with sandbox/python
+    import infradev_probe  # importable from the tests: PYTHONPATH starts with python/sandbox
 
 
 @pytest.mark.parametrize("n", [1, 2])

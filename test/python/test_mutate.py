@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(REPO, "sandbox", "python", "infradev_mutate.py")
+SCRIPT = os.path.join(REPO, "python", "host", "infradev_mutate.py")
 ID_RE = re.compile(r"^[\w/.-]+\.py:(<module>|[\w.]+):(arith|cmp|boundary|bool|not|const|drop-stmt|drop-kw|negate|early-return)#[1-9]\d*$")
 
 

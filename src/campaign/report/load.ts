@@ -1,0 +1,118 @@
+import { existsSync, readdirSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { UsageError } from "../../lib/errors.js";
+import { readRegularText } from "../../lib/safe-fs.js";
+import type { GradeResult } from "../../grader/grade/types.js";
+import { GRADE_FILE, MANIFEST_FILE, PATCH_FILE, RUN_RECORD_FILE, TRACE_FILE, type CampaignManifest, type RunRecord } from "../types.js";
+
+/**
+ * Reads a campaign folder as `report` needs it: only files, never a process, so a report can be
+ * made again at any time (and while the campaign still runs: a run.json not yet written is a run
+ * in progress, not an error). Files are read without following links: a run folder holds what an
+ * agent produced (its patch), and the report never reads through something planted there.
+ */
+
+const MAX_JSON_BYTES = 64 * 1024 * 1024;
+const MAX_PATCH_BYTES = 8 * 1024 * 1024;
+const MAX_TRACE_BYTES = 32 * 1024 * 1024;
+
+export interface LoadedRun {
+  dir: string;
+  record: RunRecord;
+  /** null: not graded (no grade.json yet, or one that is not a grade: see gradeProblem). */
+  grade: GradeResult | null;
+  /** Why a grade.json that exists was not used. */
+  gradeProblem: string | null;
+  /** The submission's text; null when there is no patch.diff. */
+  patch: string | null;
+  /** `paths` of every pytest_run call in trace.jsonl (the tests the agent ran through our server). */
+  pytestRuns: string[][];
+}
+
+export interface LoadedCampaign {
+  dir: string;
+  manifest: CampaignManifest | null;
+  runs: LoadedRun[];
+  /** Run folders skipped, each with why (in progress: no run.json; unreadable files). */
+  skipped: Array<{ run: string; why: string }>;
+}
+
+function readJson<T>(file: string): T {
+  const { text, truncated } = readRegularText(file, MAX_JSON_BYTES);
+  if (truncated) throw new Error(`${file}: over ${MAX_JSON_BYTES} bytes`);
+  return JSON.parse(text) as T;
+}
+
+function isRunRecord(v: unknown): v is RunRecord {
+  const r = v as Partial<RunRecord> | null;
+  return !!r && typeof r === "object" && r.schema_version === 1 && typeof r.run_id === "string" && typeof r.task_id === "string" && typeof r.agent === "string";
+}
+
+function isGradeResult(v: unknown): v is GradeResult {
+  const g = v as Partial<GradeResult> | null;
+  return !!g && typeof g === "object" && typeof g.status === "string" && !!g.official && !!g.with_probes && Array.isArray(g.cases);
+}
+
+function pytestRunsOf(traceText: string): string[][] {
+  const out: string[][] = [];
+  for (const line of traceText.split("\n")) {
+    if (!line.trim()) continue;
+    try {
+      const t = JSON.parse(line) as { tool?: unknown; args?: { paths?: unknown } };
+      if (t.tool !== "pytest_run") continue;
+      const paths = Array.isArray(t.args?.paths) ? t.args.paths.filter((p): p is string => typeof p === "string") : [];
+      out.push(paths);
+    } catch {
+      // A torn last line (the harness killed mid-write) is not a reason to lose the others.
+    }
+  }
+  return out;
+}
+
+export function loadCampaign(dirArg: string): LoadedCampaign {
+  const dir = resolve(dirArg);
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`report: ${dirArg}: no such campaign folder`);
+  const runsDir = join(dir, "runs");
+  if (!existsSync(runsDir) || !statSync(runsDir).isDirectory()) throw new UsageError(`report: ${dirArg}: not a campaign folder (no runs/ in it; made by infradev eval, grade-many or run --out)`);
+  let manifest: CampaignManifest | null = null;
+  if (existsSync(join(dir, MANIFEST_FILE))) {
+    try {
+      manifest = readJson<CampaignManifest>(join(dir, MANIFEST_FILE));
+    } catch (e) {
+      throw new UsageError(`report: ${join(dir, MANIFEST_FILE)}: not readable JSON (${(e as Error).message})`);
+    }
+  }
+  const runs: LoadedRun[] = [];
+  const skipped: LoadedCampaign["skipped"] = [];
+  for (const name of readdirSync(runsDir).sort()) {
+    const runDir = join(runsDir, name);
+    const recordFile = join(runDir, RUN_RECORD_FILE);
+    if (!existsSync(recordFile)) {
+      skipped.push({ run: name, why: "no run.json yet (in progress, or killed before it ended)" });
+      continue;
+    }
+    try {
+      const record = readJson<unknown>(recordFile);
+      if (!isRunRecord(record)) throw new Error("not a run record (schema_version 1 with run_id, task_id, agent)");
+      let grade: GradeResult | null = null;
+      let gradeProblem: string | null = null;
+      if (existsSync(join(runDir, GRADE_FILE))) {
+        try {
+          const g = readJson<unknown>(join(runDir, GRADE_FILE));
+          if (isGradeResult(g)) grade = g;
+          else gradeProblem = "grade.json is not a grade result (status, official, with_probes, cases)";
+        } catch (e) {
+          gradeProblem = `grade.json unreadable: ${(e as Error).message}`;
+        }
+      }
+      const patchFile = join(runDir, PATCH_FILE);
+      const patch = existsSync(patchFile) ? readRegularText(patchFile, MAX_PATCH_BYTES).text : null;
+      const traceFile = join(runDir, TRACE_FILE);
+      const pytestRuns = existsSync(traceFile) ? pytestRunsOf(readRegularText(traceFile, MAX_TRACE_BYTES).text) : [];
+      runs.push({ dir: runDir, record, grade, gradeProblem, patch, pytestRuns });
+    } catch (e) {
+      skipped.push({ run: name, why: (e as Error).message });
+    }
+  }
+  return { dir, manifest, runs, skipped };
+}

@@ -1,0 +1,488 @@
+import { availableParallelism } from "node:os";
+import { mirrorListFiles } from "../../task/public/snapshot.js";
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { displayPath, type GraderTask } from "../../task/public/loader.js";
+import { calibrate } from "../grade/calibrate.js";
+import { sha256, taskContentHash, writeJsonAtomic } from "../../lib/files.js";
+import { hardwareFingerprint } from "../workspace/fingerprint.js";
+import { gradedWorldSizes } from "../grade/sessions.js";
+import { gradeSubmission } from "../grade/grade.js";
+import { generateHollow, generateMutants, type Mutant, type MutantSkips } from "./mutants.js";
+import type { SandboxFactory } from "../grade/pipeline.js";
+import { acceptanceProblems, failingCases, type FailingCases } from "./acceptance-rules.js";
+import { scanProbeMarkers, type MarkerScan } from "./probe-markers.js";
+import { collectiveTimeouts, interfaceContract, promptLeaks, withTaskTrees, type AnalysisOptions } from "./task-analysis.js";
+import type { Calibration, GradeResult } from "../grade/types.js";
+
+/**
+ * `task check`: the task author's acceptance check, Algorithm 2 of the InfraDev paper extended.
+ *
+ * Static: promises as data (every probe marked with a known promise and kind, every adversarial
+ * `breaks` known, every promise probed), the interface contract named in prompt.md, verbatim leaks of
+ * the golden patch into the prompt, author traps (post-PR tests that drop base test files, a per-test
+ * limit above the collective timeout, no hollow patch).
+ * Runs (through the normal grading pipeline, gold calibrated 3×): gold with no skipped probe; base,
+ * empty and hollow (hand-written and generated) rejected; every adversarial patch resolved in Set A,
+ * rejected in Set B, and caught by a failing probe of every promise it declares to break; every
+ * alternative-correct patch resolved (strict) in Set A and Set B (a probe failing one is over-strict);
+ * mutants of the golden patch, generated with `ast`, killed (mutation score ≥ the threshold).
+ */
+
+export type FindingLevel = "error" | "warning" | "info";
+
+export interface Finding {
+  level: FindingLevel;
+  /** What it is about: promises, markers, adversarial, alternatives, mutants, gold, contract, prompt, traps, hollow, base. */
+  area: string;
+  message: string;
+}
+
+export type MutantVerdict = "killed_official" | "killed_probes" | "survived" | "equivalent" | "not_run" | "error";
+
+export interface MutantRow {
+  id: string;
+  file: string;
+  line: number;
+  operator: string;
+  description: string;
+  verdict: MutantVerdict;
+  /** Promises of the probes that failed (killed_probes), or why (error / equivalent). */
+  detail?: string;
+  killed_by?: string[];
+  /** The change against the golden patch, as `-`/`+` lines. */
+  diff: string;
+}
+
+export interface SubmissionRow {
+  kind: "base" | "empty" | "hollow" | "hollow-generated" | "adversarial" | "alternative";
+  name: string;
+  status: GradeResult["status"] | "not_run";
+  set_a: { resolved: boolean | null; resolved_strict: boolean | null; score: number | null };
+  set_b: { resolved: boolean | null; resolved_strict: boolean | null; score: number | null };
+  /** Probe cases gold passes and this submission does not: id → promise. */
+  failing_probes: Array<{ id: string; promise: string | null }>;
+  /** Official cases gold passes and this one does not. */
+  failing_official: string[];
+  ok: boolean;
+  why?: string;
+  note?: string;
+  breaks?: string[];
+}
+
+export interface CoverageRow {
+  id: string;
+  text: string;
+  prompt_line: number;
+  probes: string[];
+  adversarial: string[];
+  mutants: string[];
+}
+
+export interface CheckReport {
+  task: string;
+  task_dir: string;
+  passed: boolean;
+  started_at: string;
+  duration_s: number;
+  world_sizes: number[];
+  findings: Finding[];
+  coverage: CoverageRow[];
+  gold: { runs: number; cases: number; probes: number; flaky: string[]; skipped_probes: string[]; calibration_cached: boolean } | null;
+  submissions: SubmissionRow[];
+  mutants: {
+    generated: number;
+    graded: number;
+    skipped: Record<string, number>;
+    killed_official: number;
+    killed_probes: number;
+    survived: number;
+    equivalent: number;
+    not_run: number;
+    errors: number;
+    score: number | null;
+    threshold: number;
+    reused: number;
+    rows: MutantRow[];
+  } | null;
+  contract: Array<{ name: string; kind: string; defined_at: string; referenced_at: string[]; in_prompt: boolean }>;
+  leaks: Array<{ file: string; line: number; lines: number; prompt_line: number; text: string }>;
+}
+
+export interface CheckOptions {
+  task: GraderTask;
+  /** The check's folder: grades, mutants, report.json. */
+  outDir: string;
+  calibrationDir?: string;
+  sandboxFactory: SandboxFactory;
+  /** Python for the host-side analysis (stdlib only). */
+  hostPython?: string;
+  /** Grade at most this many mutants (a seeded sample); null / undefined: all. */
+  mutants?: number | null;
+  /** false: no mutants at all (the rest of the check only). */
+  runMutants?: boolean;
+  seed?: number;
+  /** Wall-clock budget for the mutants, seconds: mutants not started by then are `not_run`. */
+  timeLimitSec?: number;
+  /** Grades at once (default: the machine's cores halved, at least 1; a GPU task: 1). */
+  jobs?: number;
+  minMutationScore?: number;
+  onProgress?: (msg: string) => void;
+  /** Test hook / later phases: the world sizes the grader runs (default: the task's). */
+  worldSizes?: number[];
+}
+
+export const DEFAULT_MIN_MUTATION_SCORE = 0.9;
+
+export function defaultJobs(task: GraderTask): number {
+  // A GPU task holds its GPUs; on CPU every grade runs `ranks` processes: leave room for them, since a
+  // starved rank can time out and read as a kill that the mutant did not earn.
+  if (task.fullSpec.requires_gpu) return 1;
+  return Math.max(1, Math.floor(availableParallelism() / 2));
+}
+
+/** Runs `fn` over `items` with at most `jobs` at once, in order of start; results in input order. */
+export async function pool<T, R>(items: readonly T[], jobs: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!, i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(jobs, items.length)) }, worker));
+  return out;
+}
+
+/** A seeded shuffle (mulberry32): the same seed samples the same mutants. */
+export function seededSample<T>(items: readonly T[], n: number, seed: number): T[] {
+  let a = seed >>> 0;
+  const rand = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const copy = [...items];
+  for (let i = copy.length - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [copy[i], copy[j]] = [copy[j]!, copy[i]!];
+  }
+  return copy.slice(0, n);
+}
+
+function summary(r: GradeResult | null) {
+  return {
+    set_a: { resolved: r?.official.resolved ?? null, resolved_strict: r?.official.resolved_strict ?? null, score: r?.official.score ?? null },
+    set_b: { resolved: r?.with_probes.resolved ?? null, resolved_strict: r?.with_probes.resolved_strict ?? null, score: r?.with_probes.score ?? null },
+  };
+}
+
+/** Cases gold passes (every run) that the result did not pass (cases an early stop skipped are `not_run`, unlabelled). */
+function failingVsGold(result: GradeResult, cal: Calibration): FailingCases {
+  const promise = new Map(cal.cases.map((c) => [c.id, c.probe?.promise ?? null]));
+  return failingCases(result, (id) => promise.get(id) ?? null);
+}
+
+/**
+ * Base test files under test_dirs that the post-PR tests do not have. A git source's base is listed
+ * from the cache's mirror (base's tree), a dir source's from its folder.
+ */
+export function droppedTestFiles(task: GraderTask): string[] {
+  if (task.source.kind === "git") {
+    const base = mirrorListFiles(task.source.url, task.source.base, task.fullSpec.test_dirs.map((d) => d.replace(/\/+$/, "")));
+    return base.filter((f) => !existsSync(join(task.hidden.testsDir, f)));
+  }
+  const base = task.source.dir;
+  const out: string[] = [];
+  const walk = (root: string, rel: string) => {
+    const here = join(root, rel);
+    if (!existsSync(here)) return;
+    for (const e of readdirSync(here, { withFileTypes: true })) {
+      if (e.name === "__pycache__" || e.name.startsWith(".")) continue;
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) walk(root, r);
+      else if (e.isFile()) out.push(r);
+    }
+  };
+  for (const d of task.fullSpec.test_dirs) walk(base, d);
+  return out.filter((f) => !existsSync(join(task.hidden.testsDir, f)));
+}
+
+function removedTestsListed(task: GraderTask): Set<string> {
+  const f = join(task.taskDir, task.fullSpec.hidden.dir, "removed_tests.txt");
+  if (!existsSync(f)) return new Set();
+  return new Set(
+    readFileSync(f, "utf8")
+      .split("\n")
+      .map((l) => l.replace(/#.*/, "").trim())
+      .filter(Boolean),
+  );
+}
+
+/** A definition of done that asks for one process (then world size 1 must be graded). */
+const SINGLE_PROCESS = /\b(in a single process|single-process|one-rank process group|a single rank|on one rank|world size 1)\b/i;
+
+/** Whether prompt.md names a symbol (its last dotted component, as a whole word). */
+function namedIn(prompt: string, name: string): boolean {
+  const word = name.split(".").pop()!.replace(/[$()*+.?[\\\]^{|}]/g, "\\$&");
+  return new RegExp(`(^|[^A-Za-z0-9_])${word}([^A-Za-z0-9_]|$)`).test(prompt);
+}
+
+/** torch's default collective timeouts (torch.distributed.constants): gloo 30 min; NCCL 10 min in torch ≥ 2.2. */
+const DEFAULT_COLLECTIVE_TIMEOUT_S = 600;
+
+export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
+  const { task } = opts;
+  const started = Date.now();
+  const say = (m: string) => opts.onProgress?.(m);
+  const findings: Finding[] = [];
+  const add = (level: FindingLevel, area: string, message: string) => findings.push({ level, area, message });
+  const scratch = join(opts.outDir, "work");
+  mkdirSync(scratch, { recursive: true });
+  const spec = task.fullSpec;
+  const worldSizes = opts.worldSizes ? [...opts.worldSizes].sort((a, b) => a - b) : gradedWorldSizes(spec);
+
+  // ---- static: promises, markers, breaks -------------------------------------------------------
+  const promises = task.hidden.promises;
+  if (!promises) add("error", "promises", `${displayPath(join(task.taskDir, spec.hidden.dir))}/promises.yaml: missing: list the task's promises (id, one line, the prompt.md fragment it comes from); every probe marker and adversarial \`breaks\` must name one`);
+  let markers: MarkerScan = { probes: [], problems: [] };
+  try {
+    markers = scanProbeMarkers(task, { python: opts.hostPython });
+  } catch (e) {
+    add("error", "markers", (e as Error).message);
+  }
+  for (const p of markers.problems) add("error", "markers", p);
+  const probesOf = (id: string) => markers.probes.filter((p) => p.marker?.promise === id).map((p) => `${p.file}::${p.name}`);
+  if (promises) for (const p of promises) if (!probesOf(p.id).length) add("error", "promises", `${p.declaredAt}: promise "${p.id}" has no probe (no probe marker names it)`);
+  if (!task.hidden.alternatives.length) add("warning", "alternatives", `no ${spec.hidden.dir}/alternatives/index.yaml: without alternative-correct patches nothing shows the probes accept a correct patch that differs from golden`);
+
+  // ---- author traps ---------------------------------------------------------------------------
+  const singleProcess = SINGLE_PROCESS.exec(task.prompt);
+  if (singleProcess && !worldSizes.includes(1)) {
+    const line = task.prompt.slice(0, singleProcess.index).split("\n").length;
+    add("error", "traps", `prompt.md:${line} asks for a single process ("${singleProcess[0]}"), but the graded world sizes (${worldSizes.join(", ")}) leave out 1: add 1 to world_sizes in task.yaml`);
+  }
+  const listedRemoved = removedTestsListed(task);
+  const dropped = droppedTestFiles(task).filter((f) => !listedRemoved.has(f));
+  if (dropped.length) {
+    add(
+      "error",
+      "traps",
+      `the post-PR tests (${displayPath(task.hidden.testsDir)}) replace the whole test folder and drop ${dropped.length} file(s) the base has: ${dropped.join(", ")} — copy them into ${displayPath(task.hidden.testsDir)}/ to keep them, or, if the PR deletes them, list them (one per line) in ${spec.hidden.dir}/removed_tests.txt`,
+    );
+  }
+  if (!task.hidden.hollowPatch) add("warning", "hollow", `no ${spec.hidden.hollow_patch}: the check grades a hollow patch generated from the golden patch instead (keep it: infradev task hollow ${task.id} > ${displayPath(join(task.taskDir, spec.hidden.hollow_patch))})`);
+
+  // ---- static analysis of golden vs base (one pair of trees for every analysis) ----------------
+  let contract: CheckReport["contract"] = [];
+  let leaks: CheckReport["leaks"] = [];
+  let generatedHollow: { patch: string; stubbed: string[] } | null = null;
+  let generated: { mutants: Mutant[]; skipped: MutantSkips } | null = null;
+  const base: AnalysisOptions = { python: opts.hostPython, workDir: scratch };
+  try {
+    await withTaskTrees(task, base, async (trees) => {
+      const analysis = { ...base, trees };
+      const symbols = await interfaceContract(task, analysis);
+      contract = symbols.map((s) => ({ name: s.name, kind: s.kind, defined_at: s.definedAt, referenced_at: s.referencedAt, in_prompt: namedIn(task.prompt, s.name) }));
+      for (const s of contract.filter((c) => !c.in_prompt)) {
+        add("error", "contract", `${s.name} (${s.kind}, added by the golden patch at ${s.defined_at}) is referenced by ${s.referenced_at.slice(0, 3).join(", ")} but prompt.md never names it: add it to the interface contract, or test only what the prompt promises`);
+      }
+      leaks = (await promptLeaks(task, analysis)).map((l) => ({ file: l.file, line: l.line, lines: l.lines, prompt_line: l.promptLine, text: l.text }));
+      for (const l of leaks) add("warning", "prompt", `prompt.md:${l.prompt_line} copies ${l.lines} line(s) of the golden patch verbatim (${l.file}:${l.line}: ${JSON.stringify(l.text.length > 70 ? `${l.text.slice(0, 67)}...` : l.text)}): the prompt should say what, not how`);
+      const timeouts = await collectiveTimeouts(task, analysis);
+      const known = timeouts.filter((t) => t.seconds !== null);
+      const limit = known.length ? Math.min(...known.map((t) => t.seconds!)) : null;
+      if (limit !== null && spec.timeout_sec >= limit) {
+        const at = known.find((t) => t.seconds === limit)!;
+        add("error", "traps", `timeout_sec (${spec.timeout_sec} s per test) is not below the collective timeout (${limit} s, ${at.file}:${at.line}${at.assumes ? `, assuming ${at.assumes}` : ""}): a hung rank makes the other ranks' collectives time out first, so one hang reads as failures of that test and of every later one; lower timeout_sec below ${limit} s or raise that timeout`);
+      } else if (limit === null && Math.max(...worldSizes) > 1 && spec.timeout_sec >= DEFAULT_COLLECTIVE_TIMEOUT_S) {
+        add("warning", "traps", `timeout_sec (${spec.timeout_sec} s) is not below torch's default collective timeout (NCCL: ${DEFAULT_COLLECTIVE_TIMEOUT_S} s): a hang may read as collective errors`);
+      }
+      try {
+        generatedHollow = await generateHollow(task, analysis);
+      } catch (e) {
+        add("error", "hollow", `cannot generate a hollow patch from the golden patch: ${(e as Error).message}`);
+      }
+      if (opts.runMutants !== false) {
+        say(`${task.id}: generating mutants of the golden patch`);
+        generated = await generateMutants(task, { ...analysis, seed: opts.seed ?? 0 });
+      }
+    });
+  } catch (e) {
+    add("error", "analysis", `static analysis of the golden patch failed: ${(e as Error).message}`);
+  }
+
+  // ---- gold ------------------------------------------------------------------------------------
+  say(`${task.id}: calibrating gold (3 runs) at world size(s) ${worldSizes.join(", ")}`);
+  const fingerprint = await hardwareFingerprint(task, opts.sandboxFactory);
+  const taskHash = taskContentHash(task.taskDir);
+  const handle = await calibrate({ task, cacheDir: opts.calibrationDir, sandboxFactory: opts.sandboxFactory, fingerprint, taskHash, worldSizes, onProgress: say });
+  const cal = handle.calibration;
+  const goldProbes = cal.cases.filter((c) => c.suite === "probe");
+  const skippedProbes = goldProbes.filter((c) => c.outcomes.some((o) => o === "skipped")).map((c) => c.id);
+  for (const id of skippedProbes) add("error", "gold", `probe ${id} is skipped for gold: a skipped probe checks nothing (Algorithm 2: gold with no skipped probe)`);
+  for (const c of cal.cases.filter((c) => c.outcomes.some((o) => o !== "passed" && o !== "skipped"))) {
+    add(c.suite === "probe" ? "error" : "warning", "gold", `gold does not pass ${c.id} in every run (${c.outcomes.join(", ")})${c.suite === "probe" ? ": a probe gold fails cannot tell right from wrong" : ""}`);
+  }
+  if (!goldProbes.length) add("error", "gold", "gold ran no probe case");
+
+  // Two grades of the same bytes share one artifact folder (it is named by the patch's hash): run
+  // them one after the other (the second reuses the first's result), never at once.
+  const inFlight = new Map<string, Promise<unknown>>();
+  const grade = async (name: string, patchFile: string | null, outDir: string, extra: { baseAsIs?: boolean; stopEarly?: boolean } = {}) => {
+    const key = `${outDir}\0${extra.baseAsIs ? "base" : patchFile === null ? "missing" : sha256(readFileSync(patchFile))}`;
+    while (inFlight.has(key)) await inFlight.get(key)!.catch(() => {});
+    const run = gradeOnce(name, patchFile, outDir, extra);
+    inFlight.set(key, run);
+    try {
+      return await run;
+    } finally {
+      inFlight.delete(key);
+    }
+  };
+  const gradeOnce = async (name: string, patchFile: string | null, outDir: string, extra: { baseAsIs?: boolean; stopEarly?: boolean }) => {
+    const out = await gradeSubmission({ task, patchFile, outDir, sandboxFactory: opts.sandboxFactory, calibration: cal, fingerprint, taskHash, worldSizes, onProgress: (m) => say(`${name}: ${m}`), ...extra });
+    return out;
+  };
+
+  // ---- submissions ----------------------------------------------------------------------------
+  const emptyPatch = join(scratch, "empty.patch");
+  writeFileSync(emptyPatch, "");
+  // Assigned inside the trees' callback: TypeScript does not see it, so the type is restated here.
+  const hollow = generatedHollow as { patch: string; stubbed: string[] } | null;
+  const generatedHollowFile = join(scratch, "hollow.generated.patch");
+  if (hollow) writeFileSync(generatedHollowFile, hollow.patch);
+  type Planned = { kind: SubmissionRow["kind"]; name: string; patch: string | null; baseAsIs?: boolean; note?: string; breaks?: string[] };
+  const planned: Planned[] = [
+    { kind: "base", name: "base", patch: null, baseAsIs: true },
+    { kind: "empty", name: "empty", patch: emptyPatch },
+    ...(task.hidden.hollowPatch ? [{ kind: "hollow" as const, name: "hollow", patch: task.hidden.hollowPatch }] : []),
+    ...(hollow ? [{ kind: "hollow-generated" as const, name: "hollow (generated)", patch: generatedHollowFile, note: `${hollow.stubbed.length} function(s) raise NotImplementedError` }] : []),
+    ...task.hidden.adversarial.map((a) => ({ kind: "adversarial" as const, name: a.name, patch: a.patchPath, breaks: a.breaks, note: a.description })),
+    ...task.hidden.alternatives.map((a) => ({ kind: "alternative" as const, name: a.name, patch: a.patchPath, note: a.note })),
+  ];
+  const jobs = opts.jobs ?? defaultJobs(task);
+  const gradesDir = join(opts.outDir, "grades");
+  const submissions = await pool(planned, jobs, async (p, i): Promise<SubmissionRow> => {
+    say(`[${i + 1}/${planned.length}] ${p.kind} ${p.name}`);
+    const { result } = await grade(`${p.kind} ${p.name}`, p.patch, gradesDir, { baseAsIs: p.baseAsIs });
+    const failing = failingVsGold(result, cal);
+    const row: SubmissionRow = { kind: p.kind, name: p.name, status: result.status, ...summary(result), failing_probes: [...failing.probes], failing_official: [...failing.official], ok: true, ...(p.note ? { note: p.note } : {}), ...(p.breaks ? { breaks: p.breaks } : {}) };
+    const problems = acceptanceProblems(p.kind, result, failing, p.breaks);
+    if (problems.length) Object.assign(row, { ok: false, why: problems.join("; ") });
+    return row;
+  });
+  for (const s of submissions) if (!s.ok) add("error", s.kind === "hollow-generated" ? "hollow" : s.kind, `${s.kind} ${s.name}: ${s.why}`);
+  const hand = submissions.find((s) => s.kind === "hollow");
+  const genHollow = submissions.find((s) => s.kind === "hollow-generated");
+  if (hand && genHollow && (hand.set_b.score ?? 0) > (genHollow.set_b.score ?? 0) + 0.25) {
+    add("warning", "hollow", `the hand-written hollow scores ${hand.set_b.score?.toFixed(3)} in Set B, the generated one ${genHollow.set_b.score?.toFixed(3)}: the hand-written one may implement part of the change`);
+  }
+
+  // ---- mutants --------------------------------------------------------------------------------
+  let mutants: CheckReport["mutants"] = null;
+  const threshold = opts.minMutationScore ?? DEFAULT_MIN_MUTATION_SCORE;
+  const gen = generated as { mutants: Mutant[]; skipped: MutantSkips } | null;
+  if (gen) {
+    const all = gen.mutants;
+    const equivalent = new Map(task.hidden.equivalentMutants.map((e) => [e.id, e.reason]));
+    for (const id of equivalent.keys()) if (!all.some((m) => m.id === id)) add("warning", "mutants", `hidden/mutants.yaml: equivalent mutant "${id}" is not generated any more (stale: remove it)`);
+    const candidates = all.filter((m) => !equivalent.has(m.id));
+    const chosen = opts.mutants != null && opts.mutants < candidates.length ? seededSample(candidates, opts.mutants, opts.seed ?? 0) : candidates;
+    const chosenIds = new Set(chosen.map((m) => m.id));
+    const patchesDir = join(opts.outDir, "mutant-patches");
+    mkdirSync(patchesDir, { recursive: true });
+    const deadline = opts.timeLimitSec ? Date.now() + opts.timeLimitSec * 1000 : Infinity;
+    let reused = 0;
+    const mutantsDir = join(opts.outDir, "mutants");
+    const graded = await pool(chosen, jobs, async (m, i): Promise<MutantRow> => {
+      const row = { id: m.id, file: m.file, line: m.line, operator: m.operator, description: m.description, diff: m.change };
+      if (Date.now() > deadline) return { ...row, verdict: "not_run", detail: "time limit" };
+      const file = join(patchesDir, `${m.id.replace(/[^A-Za-z0-9._-]+/g, "_")}.patch`);
+      writeFileSync(file, m.patch);
+      say(`mutant ${i + 1}/${chosen.length} ${m.id}: ${m.description}`);
+      let out: Awaited<ReturnType<typeof grade>>;
+      try {
+        out = await grade(`mutant ${m.id}`, file, mutantsDir, { stopEarly: true });
+      } catch (e) {
+        return { ...row, verdict: "error", detail: (e as Error).message };
+      }
+      if (out.reused) reused++;
+      const r = out.result;
+      if (r.status === "harness_fault") return { ...row, verdict: "error", detail: `harness fault: ${r.reason}` };
+      // A mutant that does not apply, or reads as tampered, is not the correct program: killed, but said.
+      if (r.status !== "graded") return { ...row, verdict: "killed_official", detail: `${r.status}: ${r.reason ?? ""}`.trim() };
+      const failing = failingVsGold(r, cal);
+      if (!r.official.resolved_strict) return { ...row, verdict: "killed_official", killed_by: failing.official.slice(0, 5) };
+      if (!r.with_probes.resolved_strict) {
+        const by = [...new Set(failing.probes.map((f) => f.promise ?? f.id))];
+        return { ...row, verdict: "killed_probes", killed_by: by, detail: by.join(", ") };
+      }
+      return { ...row, verdict: "survived" };
+    });
+    const rows: MutantRow[] = [
+      ...graded,
+      ...all.filter((m) => equivalent.has(m.id)).map((m): MutantRow => ({ id: m.id, file: m.file, line: m.line, operator: m.operator, description: m.description, verdict: "equivalent", detail: equivalent.get(m.id)!, diff: m.change })),
+      ...candidates.filter((m) => !chosenIds.has(m.id)).map((m): MutantRow => ({ id: m.id, file: m.file, line: m.line, operator: m.operator, description: m.description, verdict: "not_run", detail: "not in the sample (--mutants)", diff: m.change })),
+    ];
+    const n = (v: MutantVerdict) => rows.filter((r) => r.verdict === v).length;
+    const killed = n("killed_official") + n("killed_probes");
+    const denominator = killed + n("survived");
+    const score = denominator ? killed / denominator : null;
+    mutants = {
+      generated: all.length,
+      graded: denominator,
+      skipped: { ...gen.skipped },
+      killed_official: n("killed_official"),
+      killed_probes: n("killed_probes"),
+      survived: n("survived"),
+      equivalent: n("equivalent"),
+      not_run: n("not_run"),
+      errors: n("error"),
+      score,
+      threshold,
+      reused,
+      rows,
+    };
+    if (!all.length) add("error", "mutants", "no mutant could be generated from the golden patch (does it change Python code?)");
+    else if (score === null) add("error", "mutants", "no mutant was graded");
+    else if (score < threshold) add("error", "mutants", `mutation score ${score.toFixed(3)} < ${threshold} (${killed} killed of ${denominator}; ${n("survived")} survived): kill the survivors with a probe of a promise the prompt states, or mark them equivalent with a reason in ${spec.hidden.dir}/mutants.yaml`);
+    if (n("error")) add("error", "mutants", `${n("error")} mutant(s) could not be graded: ${rows.filter((r) => r.verdict === "error").slice(0, 2).map((r) => `${r.id}: ${r.detail}`).join("; ")}`);
+    const timeLimited = rows.filter((r) => r.verdict === "not_run" && r.detail === "time limit").length;
+    if (timeLimited) add("warning", "mutants", `${timeLimited} mutant(s) not run: the time limit was reached (run again: graded mutants are reused)`);
+  }
+
+  // ---- coverage -------------------------------------------------------------------------------
+  const coverage: CoverageRow[] = (promises ?? []).map((p) => ({
+    id: p.id,
+    text: p.text,
+    prompt_line: p.promptLine,
+    probes: probesOf(p.id),
+    adversarial: submissions.filter((s) => s.kind === "adversarial" && s.failing_probes.some((f) => f.promise === p.id)).map((s) => s.name),
+    mutants: (mutants?.rows ?? []).filter((r) => r.verdict === "killed_probes" && r.killed_by?.includes(p.id)).map((r) => r.id),
+  }));
+  for (const c of coverage) if (c.probes.length && !c.adversarial.length && !c.mutants.length && mutants) add("info", "promises", `promise "${c.id}": no adversarial patch or mutant is caught by its probes only (a regression guard, or a promise the mutants cannot reach)`);
+
+  const report: CheckReport = {
+    task: task.id,
+    task_dir: task.taskDir,
+    passed: !findings.some((f) => f.level === "error"),
+    started_at: new Date(started).toISOString(),
+    duration_s: (Date.now() - started) / 1000,
+    world_sizes: worldSizes,
+    findings,
+    coverage,
+    gold: { runs: cal.runs, cases: cal.cases.length, probes: goldProbes.length, flaky: cal.flaky, skipped_probes: skippedProbes, calibration_cached: handle.cached },
+    submissions,
+    mutants,
+    contract,
+    leaks,
+  };
+  writeJsonAtomic(join(opts.outDir, "report.json"), report);
+  return report;
+}
+
+export type { Mutant };

@@ -1,0 +1,375 @@
+import { officialSelection } from "./official-select.js";
+import { createHash } from "node:crypto";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { MergedCase } from "../../runner/merge.js";
+import { runRanks, type LaunchSummary } from "../../runner/ranks.js";
+import type { Sandbox } from "../../sandbox/types.js";
+import type { GraderTask } from "../../task/public/loader.js";
+import type { TaskSpec } from "../../task/public/schema.js";
+import { readJsonFile, writeJsonAtomic } from "../../lib/files.js";
+import { exceptionType } from "./labels.js";
+import type { CaseRecord, CollectionError, PartialRun, SessionResult, Suite } from "./types.js";
+import { mapCaseId, unmapText, type Canary, type InstallMap } from "../workspace/test-renaming.js";
+import { capEvidence, tamperEvidence } from "./tamper.js";
+import type { PytestPin } from "../workspace/harness-files.js";
+import { PROBES_DIR, pytestPinFor, stagedHashesNow, type StagedTests } from "../workspace/workspace.js";
+
+/**
+ * The pytest sessions of one grading run, and running them with a file per finished session so
+ * that a killed run resumes where it stopped.
+ *
+ * Per world size and mode, the official tests and the probes run in SEPARATE launcher sessions, every
+ * official session before any probe session, and every session starts from the same state: fresh processes, a fresh sandbox (the factory is called
+ * once per session and the sandbox closed after it: on docker a new container, on local a new /tmp and
+ * $HOME), and the grading workspace written back to its post-install state (fresh-state.ts). So code
+ * under test cannot tell a probe from an official test by the order it is called in or by what an
+ * earlier test left behind (a call counter, a marker file in /tmp, $HOME, /dev/shm or the workspace).
+ * Which suite a case belongs to is decided by the install map, never by a path. Canaries run in every
+ * session (beside the official tests and in the probe folder) and are never scored; with the staged
+ * files' hashes and the ranks' independent records they make the session's tamper verdict.
+ */
+
+/**
+ * 2: real ids mapped back from the random install, canaries, tamper evidence, lost records.
+ * 3: official tests and probes always in separate sessions, each from the same fresh state.
+ * 4: a session per world size (`ranks` in the key; `ws<N>/` ids and `<mode>.ws<N>.<name>` files when not just `[ranks]`).
+ */
+export const SESSION_FORMAT = 4;
+
+/**
+ * The world sizes a grade runs every suite at, ascending: `override` alone (`grade --ranks N`), else
+ * the task's `world_sizes`, else its `ranks`.
+ */
+export function gradedWorldSizes(spec: Pick<TaskSpec, "ranks" | "world_sizes">, override?: number): number[] {
+  if (override !== undefined) return [override];
+  return [...(spec.world_sizes ?? [spec.ranks])].sort((a, b) => a - b);
+}
+
+/**
+ * `""` for the task's own world sizes, else `-ws<N>[-<N>…]`: what keeps a calibration or a result at
+ * other world sizes (`--ranks N`) apart from the default one (the task's own are in its content hash).
+ */
+export function worldSizesTag(spec: Pick<TaskSpec, "ranks" | "world_sizes">, worldSizes: readonly number[]): string {
+  const ws = [...worldSizes].sort((a, b) => a - b);
+  return ws.join(",") === gradedWorldSizes(spec).join(",") ? "" : `-ws${ws.join("-")}`;
+}
+
+/** Whether ids and file names must carry the world size: anything but exactly the task's `ranks`. */
+export function namesCarryWorldSize(spec: Pick<TaskSpec, "ranks">, worldSizes: readonly number[]): boolean {
+  return !(worldSizes.length === 1 && worldSizes[0] === spec.ranks);
+}
+
+export interface SessionPlan {
+  mode: string;
+  /** The world size this session runs at. */
+  ranks: number;
+  /** "official" (the post-PR tests) or "probe" (the hidden probes). */
+  name: "official" | "probe";
+  pytestArgs: string[];
+  /** The same arguments with this run's random names replaced by stable ones (for the session key). */
+  keyArgs: string[];
+  /** The test paths among them, with stable names (progress lines; never an option's value such as -c's file). */
+  testPaths: string[];
+  env: Record<string, string>;
+  /**
+   * Prefix of case ids: `<mode>/` when the task has more than one mode, then `ws<N>/` when the graded
+   * world sizes are not exactly `[ranks]` (namesCarryWorldSize).
+   */
+  idPrefix: string;
+  /** `<mode>.<name>`, or `<mode>.ws<N>.<name>` when ids carry the world size: the session file and log folder. */
+  fileName: string;
+  /** The canaries this session runs (installed under its paths). */
+  canaries: Canary[];
+}
+
+/** Where the install put things, as planning needs it (StagedTests has more). */
+export type SessionLayout = Pick<StagedTests, "officialDirs" | "probeDir" | "canaries"> & { map?: StagedTests["map"] };
+
+/**
+ * Per world size × mode an official session (when there are official tests) and a probe session.
+ * Every official session comes first (world sizes ascending, then modes), then every probe session
+ * in the same order: a grade that stops early (grade.ts) can stop before any probe ran, and the order
+ * says nothing to the code under test (each session starts from the same fresh state anyway).
+ * `pin`: the arguments that pin pytest's config to the base's (test-config.ts); read from the
+ * repo root when not given — after the restore of the submission's pytest-affecting files.
+ * `worldSizes`: default gradedWorldSizes(task's spec).
+ */
+export function planSessions(task: GraderTask, repoDir: string, layout: SessionLayout, opts: { pin?: PytestPin; worldSizes?: readonly number[] } = {}): SessionPlan[] {
+  const spec = task.fullSpec;
+  const official = layout.officialDirs;
+  const probes = layout.probeDir;
+  const modes = Object.keys(spec.modes);
+  const common = ["--continue-on-collection-errors", ...(opts.pin ?? pytestPinFor(repoDir)).args];
+  // Installed (random) module and case names, which official_tests puts in the arguments, read back
+  // as real ones: the session key must not change from one install to the next.
+  const stable = (args: string[]) => args.map((a) => (layout.map && spec.official_tests ? unmapText(layout.map, a) : a).split(probes).join(PROBES_DIR));
+  const only = (loc: string) => layout.canaries.filter((c) => c.location === loc);
+  const worldSizes = [...(opts.worldSizes ?? gradedWorldSizes(spec))].sort((a, b) => a - b);
+  const carry = namesCarryWorldSize(spec, worldSizes);
+  const plan = (mode: string, ranks: number, name: SessionPlan["name"], paths: string[], options: string[], canaries: Canary[]): SessionPlan => ({
+    mode,
+    ranks,
+    name,
+    pytestArgs: [...paths, ...options, ...common],
+    keyArgs: stable([...paths, ...options, ...common]),
+    testPaths: stable(paths),
+    env: { ...spec.env.vars, ...spec.modes[mode] },
+    idPrefix: `${modes.length > 1 ? `${mode}/` : ""}${carry ? `ws${ranks}/` : ""}`,
+    fileName: carry ? `${mode}.ws${ranks}.${name}` : `${mode}.${name}`,
+    canaries,
+  });
+  const each = (make: (mode: string, ranks: number) => SessionPlan[]) => worldSizes.flatMap((ranks) => modes.flatMap((mode) => make(mode, ranks)));
+  return [
+    ...each((mode, ranks) => {
+      if (!official.length) return [];
+      // task.yaml official_tests: the selected modules and the left-out cases, in installed names.
+      const sel = spec.official_tests ? officialSelection(spec, layout.map ?? { files: {}, markers: {} }) : null;
+      const paths = sel && sel.paths.length ? sel.paths : official;
+      return [plan(mode, ranks, "official", paths, [`--ignore=${probes}`, ...(sel?.options ?? [])], only("official").filter((c) => !sel || sel.canaries(c)))];
+    }),
+    ...each((mode, ranks) => [plan(mode, ranks, "probe", [probes], [], only("probe"))]),
+  ];
+}
+
+export function sessionFileName(plan: SessionPlan): string {
+  return plan.fileName;
+}
+
+/** The suite of a real case id (probes' real ids start with infradev_probes/). */
+export function suiteOf(nodeid: string): Suite {
+  return nodeid.startsWith(`${PROBES_DIR}/`) ? "probe" : "official";
+}
+
+/** What identifies a session's result: a file written under another key is run again, never reused. */
+export function sessionKey(taskHash: string, task: GraderTask, plan: SessionPlan): string {
+  const spec = task.fullSpec;
+  const what = { SESSION_FORMAT, taskHash, plan: { mode: plan.mode, name: plan.name, args: plan.keyArgs, env: plan.env, idPrefix: plan.idPrefix }, ranks: plan.ranks, timeout_sec: spec.timeout_sec, run_timeout_sec: spec.run_timeout_sec };
+  return createHash("sha256").update(JSON.stringify(what)).digest("hex").slice(0, 24);
+}
+
+function firstLine(s: string): string {
+  const line = s.split("\n").find((l) => l.trim()) ?? "";
+  return line.length > 300 ? `${line.slice(0, 297)}...` : line;
+}
+
+/**
+ * A merged case, slimmed to what scoring needs. `real`: the case's real id and suite from the install
+ * map (default: the id as it is); `say`: maps installed names in messages back to real ones.
+ */
+export function caseRecord(c: MergedCase, idPrefix: string, launchStatus?: string | null, real?: { id: string; suite: Suite; probe?: MergedCase["probe"] }, say: (s: string) => string = (x) => x): CaseRecord {
+  const failing = c.ranks.find((r) => r.outcome === "error" || r.outcome === "failed") ?? c.ranks.find((r) => r.outcome === "missing");
+  const errorType = failing ? exceptionType(failing.message, failing.excerpt) : undefined;
+  // The session ran out of time: the test it was on, and those it never reached, did not finish.
+  const outOfTime =
+    launchStatus === "run_timeout" && c.outcome !== "passed" && c.outcome !== "skipped" && (c.reason === "missing" || c.ranks.some((r) => r.message.startsWith("run_timeout")));
+  const reason = outOfTime ? "run_timeout" : c.reason;
+  const id = real?.id ?? c.id;
+  const probe = real ? real.probe : c.probe;
+  return {
+    id: `${idPrefix}${id}`,
+    suite: real?.suite ?? suiteOf(id),
+    outcome: c.outcome,
+    ...(reason ? { reason } : {}),
+    ...(probe ? { probe } : {}),
+    ...(errorType ? { error_type: errorType } : {}),
+    ...(failing && c.outcome !== "passed" && c.outcome !== "skipped" ? { message: say(firstLine(failing.message || failing.excerpt)) } : {}),
+    time_s: c.timeSec,
+  };
+}
+
+export function collectionErrors(launch: LaunchSummary | null, idPrefix: string, say: (s: string) => string = (x) => x): CollectionError[] {
+  const raw = (launch?.collection_errors ?? []) as Array<{ file?: string; nodeid?: string; message?: string }>;
+  return raw.map((e) => {
+    const message = say(e.message ?? "");
+    const type = exceptionType("", message);
+    return { path: `${idPrefix}${say(e.file ?? e.nodeid ?? "")}`, ...(type ? { error_type: type } : {}), message: firstLine(message) };
+  });
+}
+
+/** What one session's ranks reported, in real ids: scored cases, canaries apart, strangers counted. */
+export function mapSession(map: InstallMap, cases: readonly MergedCase[], idPrefix: string, launchStatus: string | null | undefined, say: (s: string) => string): CaseRecord[] {
+  const out: CaseRecord[] = [];
+  for (const c of cases) {
+    const real = mapCaseId(map, c.id);
+    // Canaries are never scored; ids that were never installed are tamper evidence (tamper.ts).
+    if (!real || real.suite === "canary") continue;
+    out.push(caseRecord(c, idPrefix, launchStatus, { id: real.id, suite: real.suite, ...(real.probe ? { probe: real.probe } : {}) }, say));
+  }
+  return out;
+}
+
+export interface RunSessionsOptions {
+  /**
+   * A fresh sandbox for one session (called once per session that runs, right after
+   * `resetWorkspace`; the sandbox is closed when the session ends).
+   */
+  openSandbox: () => Promise<Sandbox>;
+  /** Puts the workspace back to its post-install state; called before every session that runs. */
+  resetWorkspace?: () => void | Promise<void>;
+  task: GraderTask;
+  taskHash: string;
+  plans: SessionPlan[];
+  /** Host folder for `<mode>.<name>.json` (one per finished session). */
+  resultsDir: string;
+  /** Host folder for the launcher's files of each session (`<mode>.<name>/`). */
+  logsDir: string;
+  /** The install: map back to real ids, canaries, staged files to hash after each session. */
+  staged: StagedTests;
+  onProgress?: (msg: string) => void;
+  signal?: AbortSignal;
+  /**
+   * Asked after each session (run or reused, without a harness fault): true skips every session
+   * after it (grade.ts's early stop for the check's mutants).
+   */
+  stopWhen?: (session: SessionResult, plan: SessionPlan) => boolean;
+}
+
+export interface SessionsOutcome {
+  sessions: SessionResult[];
+  /** The first harness fault, if any session had one (later sessions are not run). */
+  harnessError?: string;
+  /** Sessions read back from an earlier (killed) run instead of being run again. */
+  reused: string[];
+  /** Tamper evidence over every session (empty: none). */
+  tamperEvidence: string[];
+  /** `<session>: why` for each session whose records were lost (the launcher killed, no bundle). */
+  lostRecords: string[];
+  /** Set when stopWhen stopped the run: the sessions after it did not run. */
+  partial?: PartialRun;
+}
+
+/** The grader's own signal stopped the run: there is no result to record. */
+export class GradingInterrupted extends Error {
+  constructor(message = "grading interrupted") {
+    super(message);
+    this.name = "GradingInterrupted";
+  }
+}
+
+/** Reads a finished session's file, or null when it is absent, from another plan, or a harness fault. */
+export function readFinishedSession(file: string, key: string): SessionResult | null {
+  const s = readJsonFile<SessionResult>(file);
+  return s && s.key === key && !s.harness_error ? s : null;
+}
+
+/** Writes a session's logs (Contract A's `logs`, from the bundle) as regular files with plain names. */
+function saveLogs(dir: string, logs: ReadonlyArray<{ name: string; text: string }>): void {
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  for (const log of logs) writeFileSync(join(dir, log.name.replace(/[^A-Za-z0-9._-]/g, "_").replace(/^\.+/, "_") || "log"), log.text);
+}
+
+export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOutcome> {
+  const { task, plans, staged } = opts;
+  const spec = task.fullSpec;
+  mkdirSync(opts.resultsDir, { recursive: true });
+  const sessions: SessionResult[] = [];
+  const reused: string[] = [];
+  const extra: Array<[string, string]> = [[staged.probeDir, PROBES_DIR]];
+  const say = (text: string) => unmapText(staged.map, text, extra);
+  const evidence = () => sessions.flatMap((s) => s.tamper_evidence ?? []);
+  const lost = () => sessions.filter((s) => s.lost_records).map((s) => `${s.file}: ${s.lost_records}`);
+  const stop = (plan: SessionPlan, i: number): PartialRun | undefined => {
+    const rest = plans.slice(i + 1);
+    if (!rest.length || !opts.stopWhen?.(sessions.at(-1)!, plan)) return undefined;
+    return { stopped_after: plan.fileName, skipped: rest.map((p) => p.fileName), stopped_suite: plan.name, skipped_sessions: rest.map((p) => ({ idPrefix: p.idPrefix, suite: p.name })) };
+  };
+  for (const [i, plan] of plans.entries()) {
+    const name = sessionFileName(plan);
+    const file = join(opts.resultsDir, `${name}.json`);
+    const key = sessionKey(opts.taskHash, task, plan);
+    const done = readFinishedSession(file, key);
+    if (done) {
+      opts.onProgress?.(`${name}: finished in an earlier run, reusing ${file}`);
+      sessions.push(done);
+      reused.push(name);
+      const partial = stop(plan, i);
+      if (partial) return stopped(partial);
+      continue;
+    }
+    opts.onProgress?.(`${name}: running ${plan.testPaths.join(" + ")} (+ ${plan.canaries.length} canaries) on ${plan.ranks} rank(s)`);
+    // The launcher's folder in the workspace (the code under test sees it): the same name for the
+    // official and the probe session of a mode, so it says nothing about which one is running.
+    const outDir = `.infradev/grade/${plan.mode}`;
+    // The same start for every session: the workspace as installed, a sandbox nothing ran in yet.
+    await opts.resetWorkspace?.();
+    let sandbox: Sandbox;
+    try {
+      sandbox = await opts.openSandbox();
+    } catch (e) {
+      return { sessions, harnessError: `${name}: sandbox could not start: ${(e as Error).message}`, reused, tamperEvidence: evidence(), lostRecords: lost() };
+    }
+    let r: Awaited<ReturnType<typeof runRanks>>;
+    const started = Date.now();
+    try {
+      r = await runRanks(sandbox, {
+        ranks: plan.ranks,
+        pytestArgs: plan.pytestArgs,
+        outDir,
+        perTestTimeoutSec: spec.timeout_sec,
+        runTimeoutSec: spec.run_timeout_sec,
+        env: plan.env,
+        signal: opts.signal,
+        onProgress: (d, t) => opts.onProgress?.(`${name}: ${d}/${t} tests`),
+      });
+    } finally {
+      await sandbox.close();
+    }
+    if (opts.signal?.aborted) throw new GradingInterrupted(`${name}: grading interrupted`);
+    const hashesAfter = stagedHashesNow(staged);
+    saveLogs(join(opts.logsDir, name), r.logs);
+    // A launcher stopped from inside the sandbox (killed, its records cut or missing) is the
+    // submission's doing until a control run says otherwise (grade.ts); a backend failure is not.
+    const lostRecords = r.harnessError ? undefined : (r.lostRecords ?? (r.launch?.status === "interrupted" ? `launcher interrupted: ${r.launch?.events.at(-1)?.detail ?? "signal"}` : undefined));
+    const harnessError = r.harnessError;
+    const tamper =
+      harnessError || lostRecords
+        ? hashEvidenceOnly(staged, hashesAfter, name)
+        : tamperEvidence({ session: name, ranks: plan.ranks, cases: r.cases, integrity: r.integrity, events: r.launch?.events, map: staged.map, canaries: plan.canaries, hashesBefore: staged.hashes, hashesAfter, extra, collectionErrors: collectionErrorIds(r.launch) });
+    const canaryCases = r.cases.filter((c) => mapCaseId(staged.map, c.id)?.suite === "canary");
+    const result: SessionResult = {
+      key,
+      mode: plan.mode,
+      session: plan.name,
+      ranks: plan.ranks,
+      file: name,
+      cases: lostRecords ? [] : mapSession(staged.map, r.cases, plan.idPrefix, r.launch?.status, say),
+      collection_errors: lostRecords ? [] : collectionErrors(r.launch, plan.idPrefix, say),
+      launch_status: r.launch?.status ?? null,
+      canaries: plan.canaries.map((c) => ({ id: c.real, expected: c.expected, ranks: canaryCases.find((m) => m.id === c.installed)?.ranks.map((rc) => rc.outcome) ?? [] })),
+      tamper_evidence: capEvidence(tamper),
+      ...(lostRecords ? { lost_records: lostRecords } : {}),
+      ...(harnessError ? { harness_error: harnessError } : {}),
+      duration_s: (Date.now() - started) / 1000,
+    };
+    writeJsonAtomic(file, result);
+    sessions.push(result);
+    if (harnessError) return { sessions, harnessError: `${name}: ${harnessError}`, reused, tamperEvidence: evidence(), lostRecords: lost() };
+    opts.onProgress?.(`${name}: ${summarize(result)} in ${result.duration_s.toFixed(1)} s${tamper.length ? ` — TAMPER EVIDENCE: ${tamper.length} line(s)` : ""}${lostRecords ? ` — records lost: ${lostRecords}` : ""}`);
+    const partial = stop(plan, i);
+    if (partial) return stopped(partial);
+  }
+  return { sessions, reused, tamperEvidence: evidence(), lostRecords: lost() };
+
+  function stopped(partial: PartialRun): SessionsOutcome {
+    opts.onProgress?.(`stopping early after ${partial.stopped_after}: skipping ${partial.skipped.join(", ")}`);
+    return { sessions, reused, tamperEvidence: evidence(), lostRecords: lost(), partial };
+  }
+}
+
+/** The ids the launcher reported collection errors under (installed names). */
+function collectionErrorIds(launch: LaunchSummary | null): string[] {
+  const raw = (launch?.collection_errors ?? []) as Array<{ file?: string; nodeid?: string }>;
+  return raw.flatMap((e) => [e.nodeid, e.file].filter((x): x is string => typeof x === "string" && x.length > 0));
+}
+
+/** Without records to check, the staged files' hashes still are. */
+function hashEvidenceOnly(staged: StagedTests, after: Record<string, string>, name: string): string[] {
+  return tamperEvidence({ session: name, ranks: 0, cases: [], map: staged.map, canaries: [], hashesBefore: staged.hashes, hashesAfter: after, extra: [[staged.probeDir, PROBES_DIR]] });
+}
+
+export function summarize(s: SessionResult): string {
+  const n = (o: string) => s.cases.filter((c) => c.outcome === o).length;
+  return `${n("passed")} passed, ${n("failed")} failed, ${n("error")} errors, ${n("skipped")} skipped${s.collection_errors.length ? `, ${s.collection_errors.length} collection errors` : ""}`;
+}

@@ -1,0 +1,193 @@
+import type { CaseOutcome } from "../../runner/junit.js";
+import type { ProbeMarker } from "../../runner/merge.js";
+
+/**
+ * The grader's data model. Everything scoring reads is plain data in these shapes, written to disk
+ * as JSON as each step completes, so that scoring stays a chain of pure functions and a killed run
+ * resumes from the files.
+ */
+
+export type Suite = "official" | "probe";
+
+/** How a submission's run ended, kept apart from its score. */
+export const GRADE_STATUSES = ["graded", "missing_patch", "empty_patch", "inapplicable", "harness_fault", "tampered"] as const;
+export type GradeStatus = (typeof GRADE_STATUSES)[number];
+
+export const APPLY_METHODS = ["git_apply", "git_apply_3way", "patch_fuzz"] as const;
+export type ApplyMethod = (typeof APPLY_METHODS)[number];
+
+/**
+ * First cut of the InfraDev failure taxonomy, given to every case gold passes and the submission
+ * does not. Structural labels come from the error itself; the behavioural ones from the failing
+ * probe's declared kind. `assertion` / `error` / `skipped` are official tests that declare no kind.
+ */
+export const FAILURE_LABELS = [
+  "structural:collection",
+  "structural:import",
+  "structural:attribute",
+  "structural:signature",
+  "structural:not-implemented",
+  "structural:crash",
+  "structural:hang",
+  "numerical",
+  "behavioral-resource",
+  "behavioral-condition",
+  "state",
+  "assertion",
+  "error",
+  "skipped",
+] as const;
+export type FailureLabel = (typeof FAILURE_LABELS)[number];
+
+/** A case outcome as the grader reports it; `not_run` when the patch never ran (empty, inapplicable). */
+export type GradedOutcome = CaseOutcome | "not_run";
+
+/**
+ * One test case after the multi-rank merge, slimmed to what scoring and labelling need.
+ * `id` is `<mode>/<nodeid>` when the task declares more than one mode, else the node id.
+ */
+export interface CaseRecord {
+  id: string;
+  suite: Suite;
+  outcome: CaseOutcome;
+  /**
+   * hang / crash from the launcher's events; missing = absent on some rank; not_collected = absent
+   * everywhere; run_timeout = not finished when the session ran out of its run_timeout_sec.
+   */
+  reason?: "hang" | "crash" | "missing" | "not_collected" | "run_timeout";
+  probe?: ProbeMarker;
+  /** Exception type of the first failing rank (`AttributeError`), when one could be read. */
+  error_type?: string;
+  /** First line of that failure's message, capped. */
+  message?: string;
+  time_s: number;
+}
+
+/** One collection error: the file that failed to import and why. */
+export interface CollectionError {
+  /** Path relative to the repo root (`tests/test_x.py`). */
+  path: string;
+  error_type?: string;
+  message: string;
+}
+
+/** One pytest session of the grader (a mode × a suite, or both suites together), as saved to disk. */
+export interface SessionResult {
+  /** Identifies what ran, so that a file left by another task version or plan is never reused. */
+  key: string;
+  mode: string;
+  session: string;
+  /** The world size it ran at. */
+  ranks: number;
+  /** Its name in sessions/ and logs/ (`<mode>.<session>` or `<mode>.ws<N>.<session>`). */
+  file: string;
+  cases: CaseRecord[];
+  collection_errors: CollectionError[];
+  launch_status: string | null;
+  /** This session's canaries (real ids), what each must be, and what each rank reported. */
+  canaries?: Array<{ id: string; expected: "passed" | "failed" | "not_passed"; ranks: string[] }>;
+  /** Evidence that the code under test changed what a test is or how its outcome was recorded. */
+  tamper_evidence?: string[];
+  /** Set when the launcher's records were lost (killed from inside, no bundle): cases count failed. */
+  lost_records?: string;
+  harness_error?: string;
+  duration_s: number;
+}
+
+/**
+ * An early stop (grade.ts stopEarly, sessions.ts stopWhen): the session it stopped after (file name)
+ * and of which suite, and the sessions it skipped, by name and as scoring needs them.
+ */
+export interface PartialRun {
+  stopped_after: string;
+  skipped: string[];
+  stopped_suite: Suite;
+  skipped_sessions: Array<{ idPrefix: string; suite: Suite }>;
+}
+
+/** Per-case gold outcome over the calibration runs. */
+export interface GoldCase {
+  id: string;
+  suite: Suite;
+  /** One outcome per calibration run (`not_collected` when a run did not collect it). */
+  outcomes: Array<CaseOutcome | "not_collected">;
+  probe?: ProbeMarker;
+}
+
+export interface Calibration {
+  format: number;
+  task_id: string;
+  task_hash: string;
+  /** The world sizes gold ran at (its case ids carry them the way a grade's do). */
+  world_sizes: number[];
+  fingerprint: HardwareFingerprint;
+  fingerprint_hash: string;
+  runs: number;
+  cases: GoldCase[];
+  /** Ids whose outcome differs between runs: reported, kept in N_p (see score.ts for how they count). */
+  flaky: string[];
+  created_at: string;
+  duration_s: number;
+}
+
+export interface HardwareFingerprint {
+  /** CPU and kernel: the host's (every backend shares them). */
+  cpu_model: string;
+  cpu_count: number;
+  /** GPUs as the sandbox sees them (nvidia-smi run inside it; none when it cannot run there). */
+  gpus: string[];
+  /** torch's version, read by the tests' interpreter inside the sandbox (not imported). */
+  torch: string;
+  platform: string;
+  /** The backend the tests run in (local, docker, none). */
+  sandbox: string;
+  /** The tests' interpreter inside the sandbox: `<sys.executable> <version>`. */
+  python: string;
+}
+
+export interface SetScore {
+  n_cases: number;
+  /** null when the run was a harness fault: it is not the model's failure and not scored. */
+  passed: number | null;
+  score: number | null;
+  resolved: boolean | null;
+  resolved_strict: boolean | null;
+}
+
+export interface GradedCase {
+  id: string;
+  suite: Suite;
+  outcome: GradedOutcome;
+  label?: FailureLabel;
+}
+
+/** What `infradev grade --json` prints and `<out>/<task>/<hash>/result.json` holds. */
+export interface GradeResult {
+  task_id: string;
+  status: GradeStatus;
+  patch_applied: boolean;
+  apply_method: ApplyMethod | null;
+  reason?: string;
+  /** Set B (official + probes), repeated at the top level. */
+  n_cases: number;
+  passed: number | null;
+  score: number | null;
+  resolved: boolean | null;
+  resolved_strict: boolean | null;
+  official: SetScore;
+  with_probes: SetScore;
+  /**
+   * Why the run is `tampered`: canaries with the wrong outcome, staged test files changed, a rank's
+   * records disagreeing, tests reported that were never installed. Empty otherwise.
+   */
+  tamper_evidence: string[];
+  cases: GradedCase[];
+  /** The world sizes every suite ran at (ascending); absent when nothing was planned (no calibration). */
+  world_sizes?: number[];
+  /**
+   * Set when the grade stopped early (`stopEarly`: the check's mutants): the sessions after
+   * `stopped_after` did not run, their cases count as not passed and the suite they belong to
+   * is not resolved.
+   */
+  partial?: Pick<PartialRun, "stopped_after" | "skipped">;
+}

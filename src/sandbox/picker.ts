@@ -1,0 +1,106 @@
+/**
+ * Picks a sandbox backend by name. `none` is never a fallback: a backend that cannot work here throws
+ * SandboxUnavailableError, and the caller decides what to do.
+ */
+import type { Logger } from "../lib/logger.js";
+import { createDockerSandboxFromRequest, type DockerRequestOptions } from "./docker/create.js";
+import { createLocalSandbox, type LocalSandboxOptions, type ReadOnlyMount, type ReadOnlyOverlay } from "./local/sandbox.js";
+import { createNoneSandbox, type NoneSandboxOptions } from "./none.js";
+import type { Sandbox } from "./types.js";
+
+/** What any caller may pass whatever the backend; a backend ignores what it has no use for. */
+export interface SandboxRequestCommon {
+  /** The workspace on the host. */
+  hostRepoDir: string;
+  python?: string;
+  env?: Record<string, string>;
+  /** Extra read-only binds (ignored by `none`, which sees the host as it is). */
+  readOnlyMounts?: ReadOnlyMount[];
+  /** Host paths never readable inside (ignored by `none`, which cannot hide anything). */
+  hiddenPaths?: string[];
+  /**
+   * Host folders bound READ-ONLY at `<repoDir>/<rel>` (contract C): `rel` relative, normalised, no
+   * `..`. The host makes the mount point (every component a real folder, never a link). Ignored by
+   * `none` (with a warning: nothing is read-only there).
+   */
+  readOnlyOverlays?: ReadOnlyOverlay[];
+  /**
+   * Host folder for exec logs, OUTSIDE the workspace (contract D): read-only at /infradev/logs inside
+   * (none: its host path). Default: a private temp folder per sandbox, removed at close.
+   */
+  logDir?: string;
+  /** Stored logs keep the first / last this many bytes of an exec's output (default 8 MiB each). */
+  logHeadBytes?: number;
+  logTailBytes?: number;
+  maxOutputBytes?: number;
+  logger?: Logger;
+  /** Names the session (docker: container name and labels). */
+  sessionId?: string;
+  /** The public task (docker: image, GPUs). */
+  task?: unknown;
+  purpose?: "agent" | "grader";
+}
+
+export type CreateSandboxOptions =
+  | ({ kind: "local" } & SandboxRequestCommon & LocalSandboxOptions)
+  | ({ kind: "none" } & SandboxRequestCommon & NoneSandboxOptions)
+  | ({ kind: "docker" } & SandboxRequestCommon & DockerRequestOptions);
+
+export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox> {
+  switch (opts.kind) {
+    case "local": {
+      const { kind: _kind, sessionId: _s, task: _t, purpose: _p, ...local } = opts;
+      return createLocalSandbox(local);
+    }
+    case "none": {
+      const { kind: _kind, sessionId: _s, task: _t, purpose: _p, readOnlyMounts: _r, hiddenPaths: _h, readOnlyOverlays, ...none } = opts;
+      if (readOnlyOverlays?.length) {
+        opts.logger?.warn(
+          { overlays: readOnlyOverlays.map((o) => o.rel) },
+          "sandbox 'none': readOnlyOverlays ignored: nothing is mounted or read-only, commands see the host as it is",
+        );
+      }
+      return createNoneSandbox(none);
+    }
+    case "docker": {
+      const { kind: _kind, ...docker } = opts;
+      return createDockerSandboxFromRequest(docker);
+    }
+    default: {
+      const never: never = opts;
+      throw new Error(`unknown sandbox kind ${JSON.stringify((never as { kind?: unknown }).kind)} (expected local, docker or none)`);
+    }
+  }
+}
+
+export type { ExecOptions, ExecResult, Sandbox, SandboxKind } from "./types.js";
+export {
+  LOCAL_PYTHON_HELPERS,
+  LOCAL_WORKSPACE,
+  LocalSandbox,
+  createLocalSandbox,
+  findBwrap,
+  type HiddenPathCheck,
+  type LocalSandboxOptions,
+  type ReadOnlyMount,
+  type ReadOnlyOverlay,
+} from "./local/sandbox.js";
+export { SANDBOX_LOG_DIR } from "./log-dir.js";
+export { DEFAULT_PIDS_LIMIT, type PidsMechanism } from "./local/pids-limit.js";
+export {
+  DockerSandbox,
+  DockerSandboxError,
+  buildContainerSpec,
+  createDockerSandbox,
+  gpuDeviceRequests,
+  parseGpus,
+  pruneSandboxes,
+  type DockerRequestOptions,
+  type DockerSandboxOptions,
+  type GpuRequest,
+  type PruneOptions,
+  type PruneResult,
+} from "./docker/create.js";
+export { NONE_WARNING, NoneSandbox, createNoneSandbox, type NoneSandboxOptions } from "./none.js";
+export { DEFAULT_KILL_GRACE_MS, DEFAULT_TIMEOUT_SEC, SandboxUnavailableError, runHostProcess, watchDeadline } from "./exec-common.js";
+export { DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES, DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";

@@ -1,0 +1,263 @@
+import { createHash, randomBytes } from "node:crypto";
+import { execFileSync } from "node:child_process";
+import { chmodSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync, appendFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { simpleGit } from "simple-git";
+import { gitCacheDir } from "../../lib/paths.js";
+import type { PublicTask } from "./loader.js";
+import type { GitSource } from "./schema.js";
+
+/** Identity for the commits infradev makes in workspaces (never the user's global config). */
+const GIT_ENV_CONFIG = ["user.name=infradev", "user.email=infradev@localhost", "commit.gpgsign=false", "init.defaultBranch=main"];
+
+export function git(dir: string) {
+  return simpleGit({ baseDir: dir, config: GIT_ENV_CONFIG });
+}
+
+/** Paths every workspace ignores: our own logs and results, Python caches. */
+const EXCLUDES = [".infradev/", "__pycache__/", "*.pyc", ".pytest_cache/"];
+
+export interface Snapshot {
+  dir: string;
+  /** The commit holding the pre-PR base. */
+  baseCommit: string;
+}
+
+/**
+ * Materialises the task's pre-PR snapshot in `dest` as a git repo with the base committed, so that
+ * `git diff <base>` is the agent's (or a submission's) patch. `dest` must not exist or be empty.
+ */
+export async function createSnapshot(task: PublicTask, dest: string, opts: { onProgress?: (msg: string) => void } = {}): Promise<Snapshot> {
+  if (existsSync(dest) && readdirSync(dest).length > 0) throw new Error(`workspace ${dest} already exists and is not empty`);
+  mkdirSync(dest, { recursive: true });
+  if (task.source.kind === "dir") {
+    // Follow no symlink out of the snapshot: copy links as links (dereference: false).
+    cpSync(task.source.dir, dest, { recursive: true, dereference: false, verbatimSymlinks: true });
+    const g = git(dest);
+    await g.init();
+    appendFileSync(join(dest, ".git", "info", "exclude"), `${EXCLUDES.join("\n")}\n`);
+    await g.add(["-A"]);
+    await g.commit(`base: ${task.id} (pre-PR snapshot)`, undefined, { "--allow-empty": null, "--no-verify": null });
+  } else {
+    await gitSnapshot(task.source, dest, opts.onProgress);
+  }
+  const baseCommit = (await git(dest).revparse(["HEAD"])).trim();
+  writeFileSync(join(dest, ".git", "infradev-base"), `${baseCommit}\n`);
+  return { dir: dest, baseCommit };
+}
+
+/**
+ * A bare mirror of `url` in the cache that holds `base`: cloned once (into a temporary folder, then
+ * renamed, so two sessions starting together cannot see half a clone), fetched again only when the
+ * base commit is missing. Real sources (Megatron-LM, vLLM) are large; each session then copies only
+ * what base needs, locally.
+ */
+/** The cache's bare mirror of `url` (it may not exist yet). */
+export function mirrorDirFor(url: string): string {
+  return join(gitCacheDir(), createHash("sha256").update(url).digest("hex").slice(0, 24) + ".git");
+}
+
+async function mirrorWith(url: string, base: string, say: (msg: string) => void): Promise<string> {
+  const root = gitCacheDir();
+  mkdirSync(root, { recursive: true });
+  const dir = mirrorDirFor(url);
+  const has = async () => (await simpleGit({ baseDir: dir }).raw(["cat-file", "-t", `${base}^{commit}`]).catch(() => "")).trim() === "commit";
+  if (!existsSync(dir)) {
+    const tmp = `${dir}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
+    say(`cloning ${url} into ${root} (first use of this repository; a large one takes minutes)`);
+    try {
+      await simpleGit({ config: GIT_ENV_CONFIG }).clone(url, tmp, ["--mirror"]);
+      // Sessions fetch base from the mirror by commit id (see gitSnapshot); the mirror is ours alone.
+      // Set once here, on the private clone: a `git config` per session would also race on its lock.
+      await simpleGit({ baseDir: tmp }).raw(["config", "uploadpack.allowAnySHA1InWant", "true"]);
+    } catch (e) {
+      rmSync(tmp, { recursive: true, force: true });
+      throw new Error(`git source ${url}: clone failed: ${e instanceof Error ? e.message.trim() : String(e)}`);
+    }
+    try {
+      renameSync(tmp, dir);
+    } catch {
+      rmSync(tmp, { recursive: true, force: true }); // another session's clone won the race
+    }
+  }
+  if (!(await has())) {
+    say(`fetching ${url}: base ${base} is not in the cached mirror yet`);
+    try {
+      await simpleGit({ baseDir: dir, config: GIT_ENV_CONFIG }).fetch(["--prune", "origin", "+refs/*:refs/*"]);
+    } catch (e) {
+      // Another session fetching into the same mirror holds its ref locks: what matters is base.
+      if (!(await has())) throw new Error(`git source ${url}: fetch failed: ${e instanceof Error ? e.message.trim() : String(e)}`);
+    }
+    if (!(await has())) throw new Error(`git source ${url}: base commit ${base} is not in the repository`);
+  }
+  return dir;
+}
+
+/**
+ * A workspace for a git source holds the base commit and its history, and nothing after it: no
+ * remote, no branch or tag of the upstream repository, no object only later commits reach. A plain
+ * clone would carry the merged PR (the golden patch) in its history, where `git log --all` finds it.
+ */
+async function gitSnapshot(source: GitSource, dest: string, onProgress?: (msg: string) => void): Promise<void> {
+  const mirror = await mirrorWith(source.url, source.base, onProgress ?? (() => undefined));
+  const g = git(dest);
+  await g.init();
+  // A mirror seeded from a bundle is shallow (its history is cut at some commit, base itself for a
+  // task's bundle): the workspace shares the boundary, else git would look for parents it never got.
+  const shallow = join(mirror, "shallow");
+  if (existsSync(shallow)) writeFileSync(join(dest, ".git", "shallow"), readFileSync(shallow, "utf8"));
+  // Only base and its ancestors come over: a local fetch by commit id from our mirror.
+  await g.raw(["fetch", "--no-tags", mirror, source.base]);
+  await g.raw(["checkout", "--detach", source.base]);
+  // What the fetch left that names anything but base.
+  await g.raw(["update-ref", "-d", "FETCH_HEAD"]).catch(() => undefined);
+  rmSync(join(dest, ".git", "FETCH_HEAD"), { force: true });
+  appendFileSync(join(dest, ".git", "info", "exclude"), `${EXCLUDES.join("\n")}\n`);
+}
+
+/** The base commit recorded when the snapshot was made. */
+export async function baseCommitOf(dir: string): Promise<string> {
+  const f = join(dir, ".git", "infradev-base");
+  if (existsSync(f)) return readFileSync(f, "utf8").trim();
+  return (await git(dir).revparse(["HEAD"])).trim();
+}
+
+/** The working tree's change against base, untracked files included (binary-safe, full index). */
+export async function diffAgainstBase(dir: string): Promise<string> {
+  const g = git(dir);
+  const base = await baseCommitOf(dir);
+  // intent-to-add makes new files appear in `git diff` without staging their content.
+  await g.raw(["add", "-A", "-N", "."]);
+  return g.raw(["diff", "--binary", "--full-index", base, "--", "."]);
+}
+
+export interface BundleImport {
+  /** The mirror the bundle went into. */
+  mirror: string;
+  /** Whether the mirror was created by this import (else the bundle was fetched into it). */
+  created: boolean;
+  /** The refs the bundle brought, `<sha> <ref>` each. */
+  refs: string[];
+  shallow: string | null;
+}
+
+const SHA = /^[0-9a-f]{40}$/;
+
+/**
+ * Seeds the git cache's mirror of `url` from a bundle file, so that a git-sourced task can be built
+ * and graded where `url` cannot be reached (CI, a cluster without internet). `shallow`: the commit
+ * the bundle's history is cut at (a bundle made with `git bundle create --shallow-since` or from a
+ * shallow clone cannot be fetched without it); it becomes the mirror's shallow boundary. The bundle's
+ * refs go in as they are (refs/tags/*, refs/heads/*). A new mirror is built in a temporary folder and
+ * renamed into place, as a clone is.
+ */
+export async function importBundle(bundle: string, url: string, opts: { shallow?: string } = {}): Promise<BundleImport> {
+  if (!existsSync(bundle)) throw new Error(`bundle ${bundle}: no such file`);
+  if (opts.shallow !== undefined && !SHA.test(opts.shallow)) throw new Error(`--shallow: expected a full 40-hex commit sha, got "${opts.shallow}"`);
+  const root = gitCacheDir();
+  mkdirSync(root, { recursive: true });
+  const dir = mirrorDirFor(url);
+  const created = !existsSync(dir);
+  const target = created ? `${dir}.tmp-${process.pid}-${randomBytes(4).toString("hex")}` : dir;
+  try {
+    if (created) {
+      await simpleGit({ config: GIT_ENV_CONFIG }).raw(["init", "--bare", "--quiet", target]);
+      await simpleGit({ baseDir: target }).raw(["config", "uploadpack.allowAnySHA1InWant", "true"]);
+      // What `clone --mirror` would have set: the URL stays the origin, for a later online fetch.
+      await simpleGit({ baseDir: target }).raw(["remote", "add", "--mirror=fetch", "origin", url]);
+    }
+    if (opts.shallow) {
+      const f = join(target, "shallow");
+      const have = existsSync(f) ? readFileSync(f, "utf8").split("\n").filter(Boolean) : [];
+      if (!have.includes(opts.shallow)) writeFileSync(f, `${[...have, opts.shallow].join("\n")}\n`);
+    }
+    const g = simpleGit({ baseDir: target, config: GIT_ENV_CONFIG });
+    const heads = (await g.raw(["bundle", "list-heads", bundle])).split("\n").filter(Boolean);
+    await g.raw(["fetch", "--quiet", "--no-write-fetch-head", bundle, "+refs/*:refs/*"]);
+    if (created) renameSync(target, dir);
+    return { mirror: dir, created, refs: heads, shallow: opts.shallow ?? null };
+  } catch (e) {
+    if (created) rmSync(target, { recursive: true, force: true });
+    const msg = e instanceof Error ? e.message.trim() : String(e);
+    const hint = /shallow|did not send all necessary objects|missing|bad object/i.test(msg) && !opts.shallow ? " (a bundle cut below its first commit needs --shallow <that commit>)" : "";
+    throw new Error(`bundle ${bundle}: import into ${dir} failed: ${msg.split("\n")[0]}${hint}`);
+  }
+}
+
+/** Runs git in a cache mirror, synchronously (the task loader is synchronous). */
+function gitSync(dir: string, args: string[], input?: string): string {
+  return execFileSync("git", ["-C", dir, ...args], { encoding: "utf8", maxBuffer: 256 * 1024 * 1024, stdio: ["pipe", "pipe", "pipe"], ...(input !== undefined ? { input } : {}) });
+}
+
+/** Whether the cache's mirror of `url` holds `sha` as a commit. */
+export function mirrorHasCommit(url: string, sha: string): boolean {
+  const dir = mirrorDirFor(url);
+  if (!existsSync(dir)) return false;
+  try {
+    return gitSync(dir, ["cat-file", "-t", `${sha}^{commit}`]).trim() === "commit";
+  } catch {
+    return false;
+  }
+}
+
+/** Files of `sha`'s tree under `paths` in the cache's mirror of `url` (repo-relative). */
+export function mirrorListFiles(url: string, sha: string, paths: string[]): string[] {
+  const out = gitSync(mirrorDirFor(url), ["ls-tree", "-r", "-z", "--name-only", sha, "--", ...paths]);
+  return out.split("\0").filter(Boolean);
+}
+
+export interface DerivedGitParts {
+  /** The golden patch: `git diff base merge` outside the test dirs. */
+  goldenPatch: string;
+  /** merge's version of the test dirs, a tree rooted at the repo root. */
+  testsDir: string;
+}
+
+/**
+ * A git-sourced task's golden patch and post-PR tests, derived from the cache's mirror instead of
+ * being copied into the task folder (a real PR's code stays upstream's): the golden patch is the
+ * PR's diff minus everything under the test dirs, the tests are merge's test dirs. Written once per
+ * (url, base, merge, test dirs) under the cache, atomically (temporary folder, then rename).
+ */
+export function deriveGitParts(source: { url: string; base: string; merge: string }, testDirs: string[], label: string): DerivedGitParts {
+  const mirror = mirrorDirFor(source.url);
+  const how = `seed the cache with \`infradev tasks cache import <bundle> --url ${source.url}\` (INFRADEV_GIT_CACHE moves it) or let a grade clone it`;
+  for (const [field, sha] of [["base", source.base], ["merge", source.merge]] as const) {
+    if (!mirrorHasCommit(source.url, sha)) throw new Error(`${label}: source.${field}: commit ${sha} is not in the git cache (${mirror}): ${how}`);
+  }
+  const dirs = testDirs.map((d) => d.replace(/\/+$/, ""));
+  const key = createHash("sha256").update(JSON.stringify({ v: 1, url: source.url, base: source.base, merge: source.merge, dirs })).digest("hex").slice(0, 24);
+  const root = join(gitCacheDir(), "derived", key);
+  const parts = { goldenPatch: join(root, "golden.patch"), testsDir: join(root, "tests") };
+  if (existsSync(join(root, "done"))) return parts;
+  mkdirSync(join(gitCacheDir(), "derived"), { recursive: true });
+  const tmp = `${root}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
+  try {
+    mkdirSync(join(tmp, "tests"), { recursive: true });
+    const golden = gitSync(mirror, ["diff", "--binary", "--full-index", source.base, source.merge, "--", ".", ...dirs.map((d) => `:(exclude)${d}`)]);
+    writeFileSync(join(tmp, "golden.patch"), golden);
+    const files = mirrorListFiles(source.url, source.merge, dirs);
+    // merge's blobs, one `git cat-file --batch` for all of them (modes kept: executable or not).
+    const listing = gitSync(mirror, ["ls-tree", "-r", "-z", source.merge, "--", ...dirs]).split("\0").filter(Boolean);
+    for (const entry of listing) {
+      const [meta, path] = [entry.slice(0, entry.indexOf("\t")), entry.slice(entry.indexOf("\t") + 1)];
+      const [mode, type, sha] = meta.split(" ");
+      if (type !== "blob" || !files.includes(path)) continue;
+      const dest = join(tmp, "tests", path);
+      mkdirSync(dirname(dest), { recursive: true });
+      if (mode === "120000") continue; // links are not followed or recreated: a test tree needs none
+      writeFileSync(dest, execFileSync("git", ["-C", mirror, "cat-file", "blob", sha!], { maxBuffer: 256 * 1024 * 1024 }));
+      if (mode === "100755") chmodSync(dest, 0o755);
+    }
+    writeFileSync(join(tmp, "done"), `${source.merge}\n`);
+    try {
+      renameSync(tmp, root);
+    } catch {
+      rmSync(tmp, { recursive: true, force: true }); // another loader derived it first: same bytes
+    }
+  } catch (e) {
+    rmSync(tmp, { recursive: true, force: true });
+    throw new Error(`${label}: deriving the golden patch and tests from ${mirror} failed: ${e instanceof Error ? e.message.trim().split("\n")[0] : String(e)}`);
+  }
+  return parts;
+}
