@@ -13,7 +13,7 @@ import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { graderSandboxFactory } from "../src/cli/grade.js";
+import { graderSandboxFactory } from "../src/grader/grade/sandbox-factory.js";
 import { calibrate } from "../src/grader/grade/calibrate.js";
 import { taskContentHash } from "../src/lib/files.js";
 import { hardwareFingerprint } from "../src/grader/workspace/fingerprint.js";
@@ -23,7 +23,7 @@ import { planSessions } from "../src/grader/grade/sessions.js";
 import { freshWorkspace, installGradingTests, removeWorkspace } from "../src/grader/workspace/workspace.js";
 import { sandboxPythonDir } from "../src/lib/paths.js";
 import type { SandboxKind } from "../src/sandbox/types.js";
-import { loadGraderTask } from "../src/task/public/loader.js";
+import { loadGraderTask } from "../src/task/hidden/grader-task.js";
 import type { SessionResult } from "../src/grader/grade/types.js";
 
 const { values } = parseArgs({

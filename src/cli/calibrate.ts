@@ -16,7 +16,7 @@ export function registerCalibrateCommands(program: Command): void {
     .option("--json", "print the calibration as JSON on stdout");
   addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; force?: boolean; ranks?: number }) => {
     const [{ loadGraderTask }, { CALIBRATION_RUNS, calibrate }, { goldView }] = await Promise.all([
-      import("../task/public/loader.js"),
+      import("../task/hidden/grader-task.js"),
       import("../grader/grade/calibrate.js"),
       import("../grader/grade/score.js"),
     ]);

@@ -34,7 +34,7 @@ function nonEmpty(what: string) {
   };
 }
 
-/** `engines`: the names engineFor knows (campaign/engine.ts ENGINES). */
+/** `engines`: the names engineFor knows (campaign/engines/registry.ts ENGINES). */
 export function addCampaignOptions(cmd: Command, engines: string[], opts: { outRequiredByCommander?: boolean } = { outRequiredByCommander: true }): Command {
   const out = "--out <campaign>";
   const outHelp = "the campaign folder (campaign.json, runs/, jobs/, logs/); the same command on it again resumes (required)";

@@ -1,6 +1,6 @@
 import { resolve } from "node:path";
 import { InvalidArgumentError, type Command } from "commander";
-import { engineNames } from "../campaign/engines/types.js";
+import { engineNames } from "../campaign/engines/registry.js";
 import { UsageError } from "../lib/errors.js";
 import { addCampaignOptions, campaignSignal, type CampaignCliOptions } from "./campaign-options.js";
 import { slurmEngineOptions } from "./slurm-options.js";

@@ -9,9 +9,10 @@ import { defaultResultsDir } from "../grader/grade/results-dir.js";
 import type { SandboxFactory } from "../grader/grade/pipeline.js";
 import { reasonOnce } from "../grader/grade/score.js";
 import type { GradeResult } from "../grader/grade/types.js";
-import type { GraderTask } from "../task/public/loader.js";
+import type { GraderTask } from "../task/hidden/grader-task.js";
 import { SKIP_RUNNABLE_FLAG, requireRunnableHere, taskPython } from "../task/public/runnable.js";
-import { addDockerOptions, dockerOptionsFromFlags, type DockerCliOptions, type DockerFlags } from "./sandbox-options.js";
+import { addDockerOptions, dockerOptionsFromFlags, type DockerFlags } from "./sandbox-options.js";
+import { graderSandboxFactory } from "../grader/grade/sandbox-factory.js";
 
 // The grader, the sandboxes (dockerode) and the task loader are imported inside the action
 // handlers: `infradev --help` or `tasks list` does not load them.
@@ -61,37 +62,6 @@ export function requireDockerImage(command: string, task: Pick<GraderTask, "id" 
   if (opts.sandbox === "docker" && !opts.image && !task.spec.image) {
     throw new UsageError(`${command}: --sandbox docker needs an image and task ${task.id} names none: pass --image <image> (on the engine already: docker pull <image>) or set \`image:\` in its task.yaml`);
   }
-}
-
-export interface GraderSandboxOptions {
-  /** The tests' interpreter as given on the command line (the rule: tasks/runnable.ts taskPython). */
-  python?: string;
-}
-
-/**
- * The grader's sandbox: a fresh one per submission over its fresh workspace, from createSandbox.
- * The task folder (hidden parts), the tasks root, the results and the calibration cache are never
- * visible inside it. `docker`: the docker flags, used only when `kind` is docker.
- */
-export function graderSandboxFactory(kind: SandboxKind, hiddenPaths: string[], docker: DockerCliOptions = {}, opts: GraderSandboxOptions = {}): SandboxFactory {
-  let logger: import("../lib/logger.js").Logger | undefined;
-  return async ({ task, hostRepoDir, readOnlyOverlays }) => {
-    const [{ createSandbox }, { createLogger }] = await Promise.all([import("../sandbox/picker.js"), import("../lib/logger.js")]);
-    logger ??= createLogger("infradev-grade");
-    const common = {
-      hostRepoDir,
-      readOnlyMounts: [],
-      // The staged tests, probes and canaries: bound read-only over the test dirs (Contract C).
-      readOnlyOverlays: readOnlyOverlays ?? [],
-      hiddenPaths: [...new Set([resolve(task.taskDir), ...hiddenPaths.map((p) => resolve(p))])],
-      python: taskPython(task.fullSpec, opts.python).python,
-      sessionId: `grade-${task.id}-${process.pid}-${Date.now()}`,
-      task,
-      logger,
-      purpose: "grader" as const,
-    };
-    return kind === "docker" ? createSandbox({ kind, ...common, ...docker }) : createSandbox({ kind, ...common });
-  };
 }
 
 /** The grader's factory from the parsed CLI options (backend + docker flags + --python). */
@@ -184,7 +154,7 @@ export function registerGradeCommands(program: Command): void {
       return v;
     });
   addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task: string; patch?: string; allowMissingPatch?: boolean; force?: boolean; ranks?: number; junit?: string }) => {
-    const [{ loadGraderTask }, { gradeSubmission }] = await Promise.all([import("../task/public/loader.js"), import("../grader/grade/grade.js")]);
+    const [{ loadGraderTask }, { gradeSubmission }] = await Promise.all([import("../task/hidden/grader-task.js"), import("../grader/grade/grade.js")]);
     const task = loadGraderTask(opts.task, opts.tasksDir);
     const patchFile = opts.patch ? resolve(opts.patch) : null;
     if (patchFile !== null && !opts.allowMissingPatch && !(existsSync(patchFile) && statSync(patchFile).isFile())) {

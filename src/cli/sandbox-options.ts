@@ -7,10 +7,10 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
 // docker-spec.ts, not docker.ts: the flags are declared by every command, dockerode loads only when a docker sandbox starts.
 import { parseGpus, type GpuRequest } from "../sandbox/docker/spec.js";
-import type { DockerRequestOptions } from "../sandbox/docker/create.js";
+import type { DockerSettings } from "../sandbox/picker.js";
 
 /** What the flags can set on a docker sandbox. */
-export type DockerCliOptions = Pick<DockerRequestOptions, "image" | "gpus" | "memoryMb" | "pidsLimit" | "cpus" | "shmSizeMb" | "network" | "hostSystemMounts">;
+export type DockerCliOptions = DockerSettings;
 
 /** The flags as commander stores them. */
 export interface DockerFlags {

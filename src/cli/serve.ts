@@ -5,50 +5,11 @@ import type { SandboxKind } from "../sandbox/types.js";
 import type { PublicTask } from "../task/public/loader.js";
 import { DEFAULT_HTTP_PORT } from "../server/defaults.js";
 import { SKIP_RUNNABLE_FLAG, requireRunnableHere, taskPython } from "../task/public/runnable.js";
-import type { SandboxFactory } from "../server/session.js";
-import { addDockerOptions, dockerOptionsFromFlags, localOptionsFromFlags, type DockerCliOptions, type DockerFlags } from "./sandbox-options.js";
+import { addDockerOptions, dockerOptionsFromFlags, localOptionsFromFlags, type DockerFlags } from "./sandbox-options.js";
+import { makeSandboxFactory } from "../server/sandbox-factory.js";
 import { UsageError } from "../lib/errors.js";
 
 const KINDS: SandboxKind[] = ["local", "none", "docker"];
-
-/**
- * Maps the server's request onto the sandbox factory (the backends live in sandbox/); `docker` holds
- * the docker flags (`--image`, `--gpus`, limits), used only when the request is for docker. The
- * backends are imported when a sandbox is made, so `serve` loads the docker client only for docker.
- */
-export function makeSandboxFactory(docker: DockerCliOptions = {}, local: { pidsLimit?: number } = {}): SandboxFactory {
-  return async (req) => {
-    const common = {
-      hostRepoDir: req.hostRepoDir,
-      python: req.python,
-      logDir: req.logDir,
-      logger: req.logger,
-    };
-    switch (req.kind) {
-      case "docker": {
-        const { createDockerSandboxFromRequest } = await import("../sandbox/docker/create.js");
-        const isolated = { ...common, readOnlyMounts: req.readOnlyMounts, hiddenPaths: req.hiddenPaths };
-        return createDockerSandboxFromRequest({ ...isolated, sessionId: req.sessionId, task: req.task, purpose: "agent", ...docker });
-      }
-      case "local": {
-        const { createLocalSandbox } = await import("../sandbox/local/sandbox.js");
-        return createLocalSandbox({ ...common, readOnlyMounts: req.readOnlyMounts, hiddenPaths: req.hiddenPaths, ...local });
-      }
-      case "none": {
-        // `none` sees the host as it is: nothing to mount or hide.
-        const { createNoneSandbox } = await import("../sandbox/none.js");
-        return createNoneSandbox(common);
-      }
-      default: {
-        const never: never = req.kind;
-        throw new Error(`unknown sandbox kind ${JSON.stringify(never)} (expected local, docker or none)`);
-      }
-    }
-  };
-}
-
-/** The factory with no docker flags (the task's image and GPUs, the backend's default limits). */
-export const sandboxFactory: SandboxFactory = makeSandboxFactory();
 
 interface HttpFlags {
   http?: boolean;

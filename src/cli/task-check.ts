@@ -64,7 +64,7 @@ export function registerTaskCheckCommands(tasks: Command): void {
     .option("--min-mutation-score <x>", "the threshold (default 0.9)", score)
     .option("--host-python <path>", "Python for the static analysis on this machine (stdlib only; default $INFRADEV_HOST_PYTHON, else python3)");
   addGraderOptions(cmd).action(async (id: string, opts: CheckCliOptions) => {
-    const [{ loadGraderTask }, { checkTask }, { checkText, checkHtml }] = await Promise.all([import("../task/public/loader.js"), import("../grader/check/task-check.js"), import("../grader/check/check-report.js")]);
+    const [{ loadGraderTask }, { checkTask }, { checkText, checkHtml }] = await Promise.all([import("../task/hidden/grader-task.js"), import("../grader/check/task-check.js"), import("../grader/check/check-report.js")]);
     const task = loadGraderTask(id, opts.tasksDir);
     checkGraderRun("tasks check", task, opts);
     const out = resolve(opts.out ?? join(defaultResultsDir(), "check", task.id));
@@ -95,7 +95,7 @@ export function registerTaskCheckCommands(tasks: Command): void {
     .option("--tasks-dir <dir>", "tasks folder (default: the bundled tasks)")
     .option("--host-python <path>", "Python for the analysis (stdlib only; default $INFRADEV_HOST_PYTHON, else python3)")
     .action(async (id: string, opts: { tasksDir?: string; hostPython?: string }) => {
-      const [{ loadGraderTask }, { generateHollow }, { mkdtempSync, rmSync }, { tmpdir }] = await Promise.all([import("../task/public/loader.js"), import("../grader/check/mutants.js"), import("node:fs"), import("node:os")]);
+      const [{ loadGraderTask }, { generateHollow }, { mkdtempSync, rmSync }, { tmpdir }] = await Promise.all([import("../task/hidden/grader-task.js"), import("../grader/check/mutants.js"), import("node:fs"), import("node:os")]);
       const task = loadGraderTask(id, opts.tasksDir);
       const work = mkdtempSync(join(tmpdir(), "infradev-hollow-"));
       try {

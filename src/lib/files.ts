@@ -1,18 +1,8 @@
 import { createHash } from "node:crypto";
-import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { existsSync, lstatSync, readFileSync, readdirSync, readlinkSync, rmSync } from "node:fs";
+import { join } from "node:path";
 
-/** Small file helpers shared by the grader's steps: atomic JSON, content hashes. */
-
-export { readJsonFile } from "./json.js";
-
-/** Writes JSON so that a reader (or a run killed mid-write) sees the old file or the new one, never half. */
-export function writeJsonAtomic(file: string, value: unknown): void {
-  mkdirSync(dirname(file), { recursive: true });
-  const tmp = `${file}.tmp${process.pid}`;
-  writeFileSync(tmp, `${JSON.stringify(value, null, 2)}\n`);
-  renameSync(tmp, file);
-}
+/** Content hashes of files and task folders, and clearing a results folder before a rerun. */
 
 export function sha256(data: string | Uint8Array): string {
   return createHash("sha256").update(data).digest("hex");

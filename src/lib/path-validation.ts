@@ -13,10 +13,17 @@ export class PathOutsideRootError extends Error {
   }
 }
 
+/**
+ * True when a relative path (as `path.relative` gives it) stays at or below its base: "", "a/b",
+ * "..foo" (a name that starts with two dots) — not "..", "../x" or an absolute path.
+ */
+export function isRelativeInside(rel: string): boolean {
+  return rel === "" || (!rel.startsWith(`..${sep}`) && rel !== ".." && !isAbsolute(rel));
+}
+
 /** True when `child` is `parent` or lies below it. Lexical only: both must be absolute and normalised. */
 export function isPathInside(parent: string, child: string): boolean {
-  const rel = relative(parent, child);
-  return rel === "" || (!rel.startsWith(`..${sep}`) && rel !== ".." && !isAbsolute(rel));
+  return isRelativeInside(relative(parent, child));
 }
 
 function realpathOrNull(p: string): string | null {

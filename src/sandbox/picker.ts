@@ -1,11 +1,14 @@
 /**
- * Picks a sandbox backend by name. `none` is never a fallback: a backend that cannot work here throws
- * SandboxUnavailableError, and the caller decides what to do.
+ * The one sandbox picker: a backend by name. The server's agent sandboxes (server/sandbox-factory.ts)
+ * and the grader's (grader/grade/sandbox-factory.ts) both come through here. `none` is never a
+ * fallback: a backend that cannot work here throws SandboxUnavailableError, and the caller decides.
+ * Backends are imported when one is made, so a process that never asks for docker never loads the
+ * docker client.
  */
 import type { Logger } from "../lib/logger.js";
-import { createDockerSandboxFromRequest, type DockerRequestOptions } from "./docker/create.js";
-import { createLocalSandbox, type LocalSandboxOptions, type ReadOnlyMount, type ReadOnlyOverlay } from "./local/sandbox.js";
-import { createNoneSandbox, type NoneSandboxOptions } from "./none.js";
+import type { DockerRequestOptions } from "./docker/create.js";
+import type { LocalSandboxOptions, ReadOnlyMount, ReadOnlyOverlay } from "./local/sandbox.js";
+import type { NoneSandboxOptions } from "./none.js";
 import type { Sandbox } from "./types.js";
 
 /** What any caller may pass whatever the backend; a backend ignores what it has no use for. */
@@ -41,6 +44,9 @@ export interface SandboxRequestCommon {
   purpose?: "agent" | "grader";
 }
 
+/** What a command line can set on a docker sandbox (`--image`, `--gpus`, limits); unset = the task's and the backend's defaults. */
+export type DockerSettings = Pick<DockerRequestOptions, "image" | "gpus" | "memoryMb" | "pidsLimit" | "cpus" | "shmSizeMb" | "network" | "hostSystemMounts">;
+
 export type CreateSandboxOptions =
   | ({ kind: "local" } & SandboxRequestCommon & LocalSandboxOptions)
   | ({ kind: "none" } & SandboxRequestCommon & NoneSandboxOptions)
@@ -50,6 +56,7 @@ export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox
   switch (opts.kind) {
     case "local": {
       const { kind: _kind, sessionId: _s, task: _t, purpose: _p, ...local } = opts;
+      const { createLocalSandbox } = await import("./local/sandbox.js");
       return createLocalSandbox(local);
     }
     case "none": {
@@ -60,10 +67,12 @@ export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox
           "sandbox 'none': readOnlyOverlays ignored: nothing is mounted or read-only, commands see the host as it is",
         );
       }
+      const { createNoneSandbox } = await import("./none.js");
       return createNoneSandbox(none);
     }
     case "docker": {
       const { kind: _kind, ...docker } = opts;
+      const { createDockerSandboxFromRequest } = await import("./docker/create.js");
       return createDockerSandboxFromRequest(docker);
     }
     default: {
@@ -74,33 +83,3 @@ export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox
 }
 
 export type { ExecOptions, ExecResult, Sandbox, SandboxKind } from "./types.js";
-export {
-  LOCAL_PYTHON_HELPERS,
-  LOCAL_WORKSPACE,
-  LocalSandbox,
-  createLocalSandbox,
-  findBwrap,
-  type HiddenPathCheck,
-  type LocalSandboxOptions,
-  type ReadOnlyMount,
-  type ReadOnlyOverlay,
-} from "./local/sandbox.js";
-export { SANDBOX_LOG_DIR } from "./log-dir.js";
-export { DEFAULT_PIDS_LIMIT, type PidsMechanism } from "./local/pids-limit.js";
-export {
-  DockerSandbox,
-  DockerSandboxError,
-  buildContainerSpec,
-  createDockerSandbox,
-  gpuDeviceRequests,
-  parseGpus,
-  pruneSandboxes,
-  type DockerRequestOptions,
-  type DockerSandboxOptions,
-  type GpuRequest,
-  type PruneOptions,
-  type PruneResult,
-} from "./docker/create.js";
-export { NONE_WARNING, NoneSandbox, createNoneSandbox, type NoneSandboxOptions } from "./none.js";
-export { DEFAULT_KILL_GRACE_MS, DEFAULT_TIMEOUT_SEC, SandboxUnavailableError, runHostProcess, watchDeadline } from "./exec-common.js";
-export { DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES, DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from "./output-capture.js";

@@ -4,6 +4,7 @@ import { join, resolve } from "node:path";
 import type { PublicTask } from "../task/public/loader.js";
 import type { RunSession } from "../tools/support/deps.js";
 import { isRealFolderInside } from "../lib/safe-fs.js";
+import { writeJsonAtomic } from "../lib/json.js";
 
 /**
  * One session's folder, `runs/<run-id>/`, with constant names (a run resumes from what is there):
@@ -65,11 +66,6 @@ export function newRunId(taskId: string, now = new Date()): string {
   return `${taskId}-${stamp}-${randomBytes(3).toString("hex")}`;
 }
 
-function writeJsonAtomic(file: string, value: unknown): void {
-  const tmp = `${file}.tmp${process.pid}`;
-  writeFileSync(tmp, `${JSON.stringify(value, null, 2)}\n`);
-  renameSync(tmp, file);
-}
 
 /** The session state behind the RunSession interface the tools see; persisted on every change. */
 export class RunDirSession implements RunSession {

@@ -15,7 +15,7 @@ import {
   toEvents,
   toTestResult,
 } from "./support/run-summary.js";
-import { firstBadTestPath, hostToSandboxPath } from "./support/sandbox-paths.js";
+import { firstBadTestPath } from "./support/sandbox-paths.js";
 import { modeEnv, modeSchema } from "./support/task-env.js";
 
 const MAX_TESTS = 300;

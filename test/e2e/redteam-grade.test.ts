@@ -7,7 +7,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { GradeResult } from "../../src/grader/grade/types.js";
 import { packageRoot } from "../../src/lib/paths.js";
-import { loadGraderTask, type GraderTask } from "../../src/task/public/loader.js";
+import { loadGraderTask, type GraderTask } from "../../src/task/hidden/grader-task.js";
 import { createSnapshot, diffAgainstBase } from "../../src/task/public/snapshot.js";
 import { SANDBOX_BACKENDS, backendCliFlags, prepareBackend } from "../helpers/backends.js";
 

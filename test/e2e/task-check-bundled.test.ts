@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { scanProbeMarkers } from "../../src/grader/check/probe-markers.js";
 import { interfaceContract, promptLeaks, withTaskTrees } from "../../src/grader/check/task-analysis.js";
 import type { CheckReport } from "../../src/grader/check/task-check.js";
-import { loadGraderTask } from "../../src/task/public/loader.js";
+import { loadGraderTask } from "../../src/task/hidden/grader-task.js";
 
 /**
  * The bundled tasks under `task check`. The static half (promises, markers, contract, leaks) for every

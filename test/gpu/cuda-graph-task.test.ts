@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { taskRows } from "../../src/cli/tasks.js";
-import { loadGraderTask, loadPublicTask } from "../../src/task/public/loader.js";
+import { loadPublicTask } from "../../src/task/public/loader.js";
+import { loadGraderTask } from "../../src/task/hidden/grader-task.js";
 import { taskRunnableHere } from "../../src/task/public/runnable.js";
 
 /**

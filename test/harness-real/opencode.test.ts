@@ -19,7 +19,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { toolTimeoutSec } from "../../src/cli/connect.js";
+import { toolTimeoutSec } from "../../src/campaign/harness/mcp-entry.js";
 import { loadPublicTask } from "../../src/task/public/loader.js";
 import { ensureBuilt } from "../helpers/backends.js";
 import { opencodeBinary } from "../../src/campaign/harness/opencode.js";

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
-import { sandboxFactory } from "../../src/cli/serve.js";
+import { sandboxFactory } from "../../src/server/sandbox-factory.js";
 import { silentLogger } from "../../src/lib/logger.js";
 import { createServer } from "../../src/server/create-server.js";
 import { openSession, type Session, type SandboxRequest } from "../../src/server/session.js";

@@ -19,7 +19,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { sandboxFactory } from "../../src/cli/serve.js";
+import { sandboxFactory } from "../../src/server/sandbox-factory.js";
 import { silentLogger } from "../../src/lib/logger.js";
 import { packageRoot } from "../../src/lib/paths.js";
 import type { Sandbox } from "../../src/sandbox/types.js";

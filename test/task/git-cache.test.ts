@@ -4,8 +4,10 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { packageRoot } from "../../src/lib/paths.js";
-import { loadGraderTask, loadPublicTask } from "../../src/task/public/loader.js";
-import { createSnapshot, deriveGitParts, importBundle, mirrorDirFor } from "../../src/task/public/snapshot.js";
+import { loadPublicTask } from "../../src/task/public/loader.js";
+import { loadGraderTask } from "../../src/task/hidden/grader-task.js";
+import { createSnapshot, importBundle, mirrorDirFor } from "../../src/task/public/snapshot.js";
+import { deriveGitParts } from "../../src/task/hidden/golden.js";
 import { droppedTestFiles } from "../../src/grader/check/task-check.js";
 
 /**

@@ -4,7 +4,8 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { TaskError } from "../../src/task/public/errors.js";
-import { loadGraderTask, loadPublicTask } from "../../src/task/public/loader.js";
+import { loadPublicTask } from "../../src/task/public/loader.js";
+import { loadGraderTask } from "../../src/task/hidden/grader-task.js";
 
 const GOOD = {
   schema_version: 1,

@@ -1,7 +1,7 @@
 /**
  * Codex CLI (`codex exec --json`), pinned as a devDependency. Its config is private: CODEX_HOME in
  * the run's temp folder holds a config.toml that names one model provider (the endpoint given to
- * `run`, Responses API) and one MCP server (ours, from cli/connect.ts codexConfig: required, tools
+ * `run`, Responses API) and one MCP server (ours, from codexConfig below: required, tools
  * approved, tool timeout from the task). Codex's own tools that reach past our server — its shell,
  * web search, sub-agents, plugins — are switched off, so the model works through our sandbox only.
  */
@@ -10,8 +10,10 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { spawnSync } from "node:child_process";
 import { parse as parseToml } from "smol-toml";
-import { codexConfig, type ConnectOptions } from "../../cli/connect.js";
-import { defaultSkillsRoot, installSkill } from "../../cli/skill.js";
+import { UsageError } from "../../lib/errors.js";
+import { TOKEN_ENV } from "../../server/transports/http.js";
+import { serveArgv, toolTimeoutSec, type ConnectOptions } from "./mcp-entry.js";
+import { defaultSkillsRoot, installSkill } from "./skills.js";
 import { add, privateEnv, type EventTally, type HarnessSetup, type PreparedHarness } from "./types.js";
 
 /** The Codex entry script: $INFRADEV_CODEX_JS, else the installed @openai/codex. */
@@ -26,7 +28,73 @@ export function codexEntry(): string | null {
   }
 }
 
-const toml = (s: string) => JSON.stringify(s);
+const toml = (s: string) => JSON.stringify(s); // a JSON string is a valid TOML basic string
+
+/** `[mcp_servers.infradev]` for ~/.codex/config.toml. */
+export function codexConfig(o: ConnectOptions, runTimeoutSec: number): string {
+  const [command, ...args] = serveArgv(o);
+  return [
+    "[mcp_servers.infradev]",
+    `command = ${toml(command!)}`,
+    `args = [${args.map(toml).join(", ")}]`,
+    "# workspace + base checkout are created at start-up",
+    "startup_timeout_sec = 60",
+    "# multi-rank pytest_run / measure (twice with compare_with_base) outlast Codex's 60 s default",
+    `tool_timeout_sec = ${toolTimeoutSec(runTimeoutSec)}`,
+    ...CODEX_POLICY,
+    "",
+  ].join("\n");
+}
+
+/**
+ * Seen with Codex 0.169: a server that is not `required` is not waited for (the first turns go out
+ * without our tools), and run_shell (a destructive tool) is refused under approval_policy "never"
+ * unless the server's tools are approved by default.
+ */
+const CODEX_POLICY = [
+  "# wait for the server before the first turn (else the model starts without these tools)",
+  "required = true",
+  "# run_shell and the test runs change the workspace: approved, or refused under approval_policy = \"never\"",
+  'default_tools_approval_mode = "approve"',
+];
+
+/** `[mcp_servers.infradev]` for a server already listening: Codex sends $INFRADEV_HTTP_TOKEN as the bearer token. */
+export function codexHttpConfig(url: string, runTimeoutSec: number): string {
+  return [
+    "[mcp_servers.infradev]",
+    `url = ${toml(url)}`,
+    `bearer_token_env_var = ${toml(TOKEN_ENV)}`,
+    "# multi-rank pytest_run / measure (twice with compare_with_base) outlast Codex's 60 s default",
+    `tool_timeout_sec = ${toolTimeoutSec(runTimeoutSec)}`,
+    ...CODEX_POLICY,
+    "",
+  ].join("\n");
+}
+
+/**
+ * Puts the `[mcp_servers.infradev]` table into a Codex config.toml, replacing the one already there
+ * (and its sub-tables) and keeping everything else byte for byte, comments included: appending the
+ * printed config twice would break Codex (a duplicate key). Pure; the result is checked to parse.
+ */
+export function mergeCodexConfig(existing: string, table: string): string {
+  const lines = existing.split("\n");
+  const out: string[] = [];
+  let skipping = false;
+  for (const line of lines) {
+    const header = /^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$/.exec(line);
+    if (header) {
+      const name = header[1]!.replace(/\s*\.\s*/g, ".").replace(/^"?mcp_servers"?\."?infradev"?/, "mcp_servers.infradev");
+      skipping = name === "mcp_servers.infradev" || name.startsWith("mcp_servers.infradev.");
+    }
+    if (!skipping) out.push(line);
+  }
+  const kept = out.join("\n").replace(/\n*$/, "");
+  const merged = `${kept ? `${kept}\n\n` : ""}${table.replace(/\n*$/, "\n")}`;
+  const doc = parseToml(merged) as { mcp_servers?: Record<string, unknown> };
+  if (!doc.mcp_servers?.infradev) throw new UsageError("connect --write: the merged config.toml has no [mcp_servers.infradev] (an inline mcp_servers table?); merge it by hand");
+  return merged;
+}
+
 
 /** Codex features that would give the model a way around our server (its shell, the web, host files as images, helpers). */
 const FEATURES_OFF = ["shell_tool", "unified_exec", "multi_agent", "goals", "apps", "plugins", "image_generation", "browser_use", "computer_use", "memories", "view_image"];

@@ -12,11 +12,61 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { spawnSync } from "node:child_process";
-import { opencodeConfig, type ConnectOptions } from "../../cli/connect.js";
-import { defaultSkillsRoot, installSkill } from "../../cli/skill.js";
+import { UsageError } from "../../lib/errors.js";
+import { TOKEN_ENV } from "../../server/transports/http.js";
+import { serveArgv, toolTimeoutSec, type ConnectOptions } from "./mcp-entry.js";
+import { defaultSkillsRoot, installSkill } from "./skills.js";
 import { add, privateEnv, type EventTally, type HarnessSetup, type PreparedHarness } from "./types.js";
 
 /** The OpenCode binary: $INFRADEV_OPENCODE_BIN, else the installed opencode-ai's. */
+/**
+ * OpenCode's config layout: V2 names servers under `mcp.servers` and splits the timeout into
+ * `{ startup, request }`; V1 puts them directly under `mcp` with `enabled` and one `timeout`. Both
+ * in milliseconds. V1 is the default: OpenCode 1.18 reads a V2 entry but drops its `timeout`
+ * (`opencode debug config` shows none), and its default request timeout fails multi-rank runs.
+ */
+export type OpencodeLayout = "v2" | "v1";
+
+function opencodeEntry(server: Record<string, unknown>, runTimeoutSec: number, layout: OpencodeLayout): string {
+  const requestMs = toolTimeoutSec(runTimeoutSec) * 1000;
+  const config =
+    layout === "v2"
+      ? { $schema: "https://opencode.ai/config.json", mcp: { servers: { infradev: { ...server, timeout: { startup: 60_000, request: requestMs } } } } }
+      : { $schema: "https://opencode.ai/config.json", mcp: { infradev: { ...server, enabled: true, timeout: requestMs } } };
+  return `${JSON.stringify(config, null, 2)}\n`;
+}
+
+/** The local (stdio) server entry for opencode.json. */
+export function opencodeConfig(o: ConnectOptions, runTimeoutSec: number, layout: OpencodeLayout = "v1"): string {
+  return opencodeEntry({ type: "local", command: serveArgv(o) }, runTimeoutSec, layout);
+}
+
+/** The remote server entry for opencode.json; `oauth: false` so a 401 is reported, not taken for an OAuth server. */
+export function opencodeHttpConfig(url: string, runTimeoutSec: number, layout: OpencodeLayout = "v1"): string {
+  return opencodeEntry({ type: "remote", url, oauth: false, headers: { Authorization: `Bearer {env:${TOKEN_ENV}}` } }, runTimeoutSec, layout);
+}
+
+/** Puts the infradev entry (V1 `mcp.infradev` or V2 `mcp.servers.infradev`) into an opencode.json. Pure. */
+export function mergeOpencodeConfig(existing: string, entryJson: string): string {
+  let doc: Record<string, any>;
+  try {
+    doc = existing.trim() ? (JSON.parse(existing) as Record<string, any>) : {};
+  } catch (e) {
+    throw new UsageError(`connect --write: the existing file is not plain JSON (${(e as Error).message}); merge the printed entry by hand`);
+  }
+  const entry = JSON.parse(entryJson) as Record<string, any>;
+  doc.$schema ??= entry.$schema;
+  doc.mcp ??= {};
+  if (entry.mcp.servers) {
+    doc.mcp.servers = { ...(doc.mcp.servers ?? {}), infradev: entry.mcp.servers.infradev };
+    delete doc.mcp.infradev;
+  } else {
+    doc.mcp.infradev = entry.mcp.infradev;
+    if (doc.mcp.servers) delete doc.mcp.servers.infradev;
+  }
+  return `${JSON.stringify(doc, null, 2)}\n`;
+}
+
 export function opencodeBinary(): string | null {
   if (process.env.INFRADEV_OPENCODE_BIN) return process.env.INFRADEV_OPENCODE_BIN;
   try {

@@ -1,10 +1,11 @@
 import { existsSync, readdirSync } from "node:fs";
 import { hostname } from "node:os";
 import { join, resolve } from "node:path";
-import { writeJsonAtomic } from "../../lib/files.js";
+import { writeJsonAtomic } from "../../lib/json.js";
 import { UsageError } from "../../lib/errors.js";
 import { readJsonFile } from "../../lib/json.js";
-import { engineFor, FINAL_JOB_STATES, type Engine, type JobState } from "../engines/types.js";
+import { FINAL_JOB_STATES, type Engine, type JobState } from "../engines/types.js";
+import { engineFor } from "../engines/registry.js";
 import { campaignPaths, ownerAlive, type CampaignJobRecord } from "./jobs.js";
 import { readManifest } from "./manifest.js";
 import { MANIFEST_FILE } from "../types.js";

@@ -1,12 +1,13 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { writeJsonAtomic } from "../../lib/files.js";
+import { writeJsonAtomic } from "../../lib/json.js";
 import { submissionHash } from "../../grader/grade/grade.js";
 import type { GradeResult } from "../../grader/grade/types.js";
 import { UsageError } from "../../lib/errors.js";
 import { readJsonFile } from "../../lib/json.js";
-import { loadGraderTask, type GraderTask } from "../../task/public/loader.js";
-import { engineFor, type EngineOptions } from "../engines/types.js";
+import { loadGraderTask, type GraderTask } from "../../task/hidden/grader-task.js";
+import { type EngineOptions } from "../engines/types.js";
+import { engineFor } from "../engines/registry.js";
 import { KILL_GRACE_MS } from "../engines/local.js";
 import { calibrationJob, campaignPaths, cliEntry, defaultConcurrency, driveGroups, gradeBudgetSec, graderFlags, jobEnv, jobRecorder, reapOrphanJobs, runComplete, taskGpus, yesNo, type WorkGroup } from "./jobs.js";
 import { mergeManifest, readManifest, writeManifest, type GradeManyManifest } from "./manifest.js";

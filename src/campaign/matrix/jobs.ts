@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, readdirSync } from "node:fs";
 import { availableParallelism, hostname } from "node:os";
 import { join } from "node:path";
-import { writeJsonAtomic } from "../../lib/files.js";
+import { writeJsonAtomic } from "../../lib/json.js";
 import { readJsonFile } from "../../lib/json.js";
 import { packageRoot } from "../../lib/paths.js";
 import type { TaskSpec } from "../../task/public/schema.js";

@@ -1,5 +1,5 @@
 import { join } from "node:path";
-import { writeJsonAtomic } from "../../lib/files.js";
+import { writeJsonAtomic } from "../../lib/json.js";
 import { readJsonFile } from "../../lib/json.js";
 import { UsageError } from "../../lib/errors.js";
 import { MANIFEST_FILE, type AgentConfig, type CampaignManifest } from "../types.js";

@@ -16,10 +16,11 @@
  * no-new-privileges). The container is removed at the end, on error and on SIGTERM (run.ts's
  * finally); its labels let `infradev sandbox prune` find it when the run process died hard.
  */
+import { isPathInside } from "../../lib/path-validation.js";
 import { spawn } from "node:child_process";
 import { accessSync, constants, existsSync, realpathSync } from "node:fs";
 import { hostname } from "node:os";
-import { delimiter, join, relative } from "node:path";
+import { delimiter, join } from "node:path";
 import type Docker from "dockerode";
 import { UsageError } from "../../lib/errors.js";
 import { packageRoot } from "../../lib/paths.js";
@@ -56,10 +57,7 @@ export interface RunContainer {
   remove(): Promise<void>;
 }
 
-const inside = (parent: string, child: string) => {
-  const rel = relative(parent, child);
-  return rel === "" || (!rel.startsWith("..") && !rel.startsWith("/"));
-};
+const inside = isPathInside;
 
 /** An absolute path to the docker CLI (attempts run through `docker exec`: a process whose stdout is the harness's). */
 export function dockerCli(): string {

@@ -10,18 +10,20 @@
  * The out folder D is resumable (common13.md): run.json + grade.json → nothing to do; run.json
  * alone → grade only; neither → a fresh start (a killed attempt's leftovers are cleared).
  */
+import { isPathInside } from "../../lib/path-validation.js";
 import { spawn } from "node:child_process";
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, relative, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { UsageError } from "../../lib/errors.js";
 import { readRegularFile, readRegularText } from "../../lib/safe-fs.js";
 import { bundledTasksDir, packageRoot } from "../../lib/paths.js";
 import { SYSTEM_DIRS } from "../../sandbox/local/mounts.js";
 import { createBaseCheckout } from "../../server/base-checkout.js";
 import { openRun } from "../../server/run-dir.js";
-import { loadGraderTask, loadPublicTask, resolveTaskDir } from "../../task/public/loader.js";
-import type { ConnectOptions } from "../../cli/connect.js";
+import { loadPublicTask, resolveTaskDir } from "../../task/public/loader.js";
+import { loadGraderTask } from "../../task/hidden/grader-task.js";
+import type { ConnectOptions } from "../harness/mcp-entry.js";
 import { startEgressProxy, type EgressProxy } from "./egress-proxy.js";
 import { exportPublicTask } from "./export.js";
 import { runAttempt, type AttemptResult } from "../harness/attempt.js";
@@ -32,6 +34,7 @@ import { emptyTally, type HarnessSetup, type PreparedHarness } from "../harness/
 import { STANDIN_PREFIX, standinSteps } from "../standin/script.js";
 import { startStandin, type StandinServer } from "../standin/server.js";
 import { GRADE_FILE, HARNESS_EVENTS_FILE, HARNESS_STDERR_FILE, PATCH_FILE, RUN_RECORD_FILE, TRACE_FILE, runId as makeRunId, type ExitReason, type RunRecord } from "../types.js";
+import { writeJsonAtomic } from "../../lib/json.js";
 
 export const ATTEMPTS_FILE = "attempts.json";
 export const STANDIN_REQUESTS_FILE = "standin-requests.jsonl";
@@ -80,11 +83,6 @@ export function instruction(prompt: string): string {
 }
 export const RECOVERY_PROMPT = "You stopped before calling the infradev submit tool. Continue the task from where you left off, and call submit when you are done.";
 
-function writeJsonAtomic(file: string, value: unknown): void {
-  const tmp = `${file}.tmp${process.pid}`;
-  writeFileSync(tmp, `${JSON.stringify(value, null, 2)}\n`);
-  renameSync(tmp, file);
-}
 
 const readJson = <T>(file: string): T | null => (existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as T) : null);
 
@@ -177,10 +175,7 @@ function submittedIn(sessionFile: string): boolean {
   }
 }
 
-const inside = (parent: string, child: string) => {
-  const rel = relative(parent, child);
-  return rel === "" || (!rel.startsWith("..") && !rel.startsWith("/"));
-};
+const inside = isPathInside;
 
 /**
  * The server runs on the export and hides only the export; the real task folder stays unseen by

@@ -9,7 +9,7 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { UsageError } from "../../lib/errors.js";
-import type { GraderTask } from "../../task/public/loader.js";
+import type { GraderTask } from "../../task/hidden/grader-task.js";
 
 export type StandinStep = { call: string; args?: Record<string, unknown> } | { say: string } | { sleep_s: number };
 

@@ -1,6 +1,6 @@
 import { lstatSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { GraderTask } from "../../task/public/loader.js";
+import type { GraderTask } from "../../task/hidden/grader-task.js";
 import { diffAgainstBase, runMutateHelper, taskTestDirs, testDirArgs, withTaskTrees, type AnalysisOptions, type TaskTrees } from "./task-analysis.js";
 
 /**

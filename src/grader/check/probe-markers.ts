@@ -1,7 +1,8 @@
 import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { hostPythonDir } from "../../lib/paths.js";
-import { displayPath, type GraderTask } from "../../task/public/loader.js";
+import { displayPath } from "../../task/public/loader.js";
+import { type GraderTask } from "../../task/hidden/grader-task.js";
 import { PROBE_KINDS } from "../../task/public/schema.js";
 import { analysisPython } from "./task-analysis.js";
 

@@ -2,7 +2,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { execa } from "execa";
 import { hostPythonDir } from "../../lib/paths.js";
-import type { GraderTask } from "../../task/public/loader.js";
+import type { GraderTask } from "../../task/hidden/grader-task.js";
 import { applyPatch } from "../workspace/apply.js";
 import { freshWorkspace, removeWorkspace, stagedDirs, type GradingWorkspace } from "../workspace/workspace.js";
 

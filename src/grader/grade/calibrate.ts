@@ -1,6 +1,7 @@
 import { join } from "node:path";
-import type { GraderTask } from "../../task/public/loader.js";
-import { clearArtifacts, readJsonFile, taskContentHash, writeJsonAtomic } from "../../lib/files.js";
+import type { GraderTask } from "../../task/hidden/grader-task.js";
+import { clearArtifacts, taskContentHash } from "../../lib/files.js";
+import { readJsonFile, writeJsonAtomic } from "../../lib/json.js";
 import { fingerprintHash, hardwareFingerprint } from "../workspace/fingerprint.js";
 import { runSubmission, type SandboxFactory } from "./pipeline.js";
 import { flakyIds } from "./score.js";

@@ -1,8 +1,9 @@
 import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import type { GraderTask } from "../../task/public/loader.js";
+import type { GraderTask } from "../../task/hidden/grader-task.js";
 import { HarnessFault, calibrate } from "./calibrate.js";
-import { clearArtifacts, readJsonFile, sha256, taskContentHash, writeJsonAtomic } from "../../lib/files.js";
+import { clearArtifacts, sha256, taskContentHash } from "../../lib/files.js";
+import { readJsonFile, writeJsonAtomic } from "../../lib/json.js";
 import { fingerprintHash, hardwareFingerprint } from "../workspace/fingerprint.js";
 import { runControl, runSubmission, type SandboxFactory } from "./pipeline.js";
 import { goldView, scoreSubmission, type GoldView, type SubmissionOutcome } from "./score.js";

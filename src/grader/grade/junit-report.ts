@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readdirSync, renameSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { create } from "xmlbuilder2";
-import { readJsonFile } from "../../lib/files.js";
+import { readJsonFile } from "../../lib/json.js";
 import type { CaseRecord, GradeResult, GradedCase, SessionResult, SetScore, Suite } from "./types.js";
 
 /**

@@ -1,9 +1,9 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Sandbox } from "../../sandbox/types.js";
-import type { GraderTask } from "../../task/public/loader.js";
+import type { GraderTask } from "../../task/hidden/grader-task.js";
 import { applyPatch } from "../workspace/apply.js";
-import { writeJsonAtomic } from "../../lib/files.js";
+import { writeJsonAtomic } from "../../lib/json.js";
 import { checkPatch } from "../workspace/patch-check.js";
 import { runRanks } from "../../runner/ranks.js";
 import { GradingInterrupted, planSessions, runSessions, type SessionPlan } from "./sessions.js";

@@ -1,5 +1,6 @@
+import { isPathInside } from "../../lib/path-validation.js";
 import { homedir } from "node:os";
-import { isAbsolute, join, relative, resolve } from "node:path";
+import { isAbsolute, join, resolve } from "node:path";
 import { packageRoot } from "../../lib/paths.js";
 
 /**
@@ -16,6 +17,5 @@ export function defaultResultsDir(env: NodeJS.ProcessEnv = process.env): string 
 
 /** Whether a path lies inside the package root. */
 export function insidePackage(path: string): boolean {
-  const rel = relative(packageRoot(), resolve(path));
-  return rel === "" || (!rel.startsWith("..") && !isAbsolute(rel));
+  return isPathInside(packageRoot(), resolve(path));
 }

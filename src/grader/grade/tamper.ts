@@ -1,4 +1,4 @@
-import type { CaseOutcome } from "../../runner/junit.js";
+import type { CaseOutcome } from "../../runner/merge.js";
 import type { LaunchEvent, MergedCase } from "../../runner/merge.js";
 import { hashEvidence, mapCaseId, unmapText, type Canary, type InstallMap } from "../workspace/test-renaming.js";
 

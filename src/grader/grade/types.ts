@@ -1,4 +1,4 @@
-import type { CaseOutcome } from "../../runner/junit.js";
+import type { CaseOutcome } from "../../runner/merge.js";
 import type { ProbeMarker } from "../../runner/merge.js";
 
 /**

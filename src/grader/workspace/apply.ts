@@ -1,5 +1,6 @@
+import { isPathInside } from "../../lib/path-validation.js";
 import { lstatSync, readFileSync, realpathSync } from "node:fs";
-import { isAbsolute, join, relative } from "node:path";
+import { join } from "node:path";
 import { execa } from "execa";
 import { checkPatch, patchSections, type PatchSection } from "./patch-check.js";
 import type { ApplyMethod } from "../grade/types.js";
@@ -62,10 +63,7 @@ export async function changedPaths(repoDir: string): Promise<string[]> {
     .map((entry) => entry.slice(3));
 }
 
-function inside(root: string, p: string): boolean {
-  const rel = relative(root, p);
-  return rel === "" || (!rel.startsWith("..") && !isAbsolute(rel));
-}
+const inside = isPathInside;
 
 /** A symlink at `path` or at any folder on the way to it, in the tree as it is now. */
 export function symlinkOnPath(repoDir: string, path: string): string | null {

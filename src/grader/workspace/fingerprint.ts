@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, platform, release, tmpdir } from "node:os";
 import { join } from "node:path";
-import type { GraderTask } from "../../task/public/loader.js";
+import type { GraderTask } from "../../task/hidden/grader-task.js";
 import { sha256 } from "../../lib/files.js";
 import type { SandboxFactory } from "../grade/pipeline.js";
 import type { HardwareFingerprint } from "../grade/types.js";

@@ -2,7 +2,7 @@ import { cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, re
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { execa } from "execa";
-import type { GraderTask } from "../../task/public/loader.js";
+import type { GraderTask } from "../../task/hidden/grader-task.js";
 import { createSnapshot } from "../../task/public/snapshot.js";
 import { changedPaths } from "./apply.js";
 import { CANARIES_REAL_DIR, TWINS_PER_LOCATION, canariesOf, hashTree, randomFolderName, runInstaller, writeCanarySources, type Canary, type InstallJob, type InstallMap } from "./test-renaming.js";

@@ -13,7 +13,7 @@
  */
 import { statSync } from "node:fs";
 import { hostname } from "node:os";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
 import { silentLogger, type Logger } from "../../lib/logger.js";

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { relPath } from "../public/schema.js";
 
 /**
  * The grader-only files of a task that say what it promises and how its probes are held honest
@@ -48,3 +49,14 @@ export const MutantsFileSchema = z.strictObject({
     .default([]),
 });
 export type EquivalentMutant = z.infer<typeof MutantsFileSchema>["equivalent"][number];
+
+/** hidden/adversarial/index.yaml: wrong patches that pass the official tests, each with the promises it breaks. */
+export const AdversarialIndexSchema = z.array(
+  z.strictObject({
+    name: z.string().regex(/^[a-z0-9][a-z0-9-]*$/, "expected a lowercase name of letters, digits and '-'"),
+    patch: relPath,
+    breaks: z.array(z.string().min(1)).min(1),
+    description: z.string().min(1),
+  }),
+);
+export type AdversarialEntry = z.infer<typeof AdversarialIndexSchema>[number];

@@ -4,7 +4,7 @@ import { z } from "zod";
 
 export const TASK_SCHEMA_VERSION = 1;
 
-const relPath = z
+export const relPath = z
   .string()
   .min(1, "expected a non-empty relative path")
   .refine((p) => !p.includes("\0"), "must not contain NUL")
@@ -106,14 +106,3 @@ export type TaskSpec = z.infer<typeof TaskSpecSchema>;
 
 export const PROBE_KINDS = ["numerical", "resource", "state", "condition"] as const;
 export type ProbeKind = (typeof PROBE_KINDS)[number];
-
-/** hidden/adversarial/index.yaml */
-export const AdversarialIndexSchema = z.array(
-  z.strictObject({
-    name: z.string().regex(/^[a-z0-9][a-z0-9-]*$/, "expected a lowercase name of letters, digits and '-'"),
-    patch: relPath,
-    breaks: z.array(z.string().min(1)).min(1),
-    description: z.string().min(1),
-  }),
-);
-export type AdversarialEntry = z.infer<typeof AdversarialIndexSchema>[number];

@@ -1,3 +1,4 @@
+import { isRelativeInside } from "../../lib/path-validation.js";
 import { posix } from "node:path";
 
 /**
@@ -13,7 +14,7 @@ export function resolveInside(p: string, root: string, roots: readonly string[] 
   const abs = posix.resolve(root, p);
   for (const r of roots) {
     const rel = posix.relative(r, abs);
-    if (rel === "" || (!rel.startsWith("..") && !posix.isAbsolute(rel))) return { ok: true, path: abs, relative: rel || "." };
+    if (isRelativeInside(rel)) return { ok: true, path: abs, relative: rel || "." };
   }
   return { ok: false, error: `${JSON.stringify(p)} resolves to ${abs}, outside ${roots.join(" and ")}; use a path inside the workspace (${root})` };
 }
@@ -43,6 +44,6 @@ export function firstBadTestPath(tool: string, paths: readonly string[], root: s
 /** Maps a host path under the workspace to the path the sandbox sees, or null when it is not under it. */
 export function hostToSandboxPath(hostPath: string, hostRoot: string, sandboxRoot: string): string | null {
   const rel = posix.relative(hostRoot, hostPath);
-  if (rel.startsWith("..") || posix.isAbsolute(rel)) return null;
+  if (!isRelativeInside(rel)) return null;
   return rel === "" ? sandboxRoot : posix.join(sandboxRoot, rel);
 }

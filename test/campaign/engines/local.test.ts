@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { JobSpec, JobStatus } from "../../../src/campaign/engines/types.js";
-import { engineFor } from "../../../src/campaign/engines/types.js";
+import { engineFor } from "../../../src/campaign/engines/registry.js";
 import { KILL_GRACE_MS, LocalEngine, localGpuIds } from "../../../src/campaign/engines/local.js";
 import { REPO_ROOT } from "../../helpers/paths.js";
 

@@ -8,7 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { codexConfig, mergeCodexConfig, mergeOpencodeConfig, opencodeConfig } from "../../../src/cli/connect.js";
+import { codexConfig, mergeCodexConfig } from "../../../src/campaign/harness/codex.js";
+import { mergeOpencodeConfig, opencodeConfig } from "../../../src/campaign/harness/opencode.js";
 import { ensureBuilt } from "../../helpers/backends.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "infradev-connect-"));

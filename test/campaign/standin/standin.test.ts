@@ -12,7 +12,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { standinSteps, type StandinStep } from "../../../src/campaign/standin/script.js";
 import { mapTool, standinThinkS, startStandin } from "../../../src/campaign/standin/server.js";
 import { UsageError } from "../../../src/lib/errors.js";
-import { loadGraderTask } from "../../../src/task/public/loader.js";
+import { loadGraderTask } from "../../../src/task/hidden/grader-task.js";
 import { TEST_FIXTURES } from "../../helpers/paths.js";
 
 const FIXTURES = join(TEST_FIXTURES, "grader", "tasks");

@@ -8,7 +8,7 @@ import { applyPatch } from "../../../src/grader/workspace/apply.js";
 import { generateHollow, generateMutants, type Mutant, type MutantOperator } from "../../../src/grader/check/mutants.js";
 import { collectiveTimeouts, interfaceContract, promptLeaks, withTaskTrees } from "../../../src/grader/check/task-analysis.js";
 import { freshWorkspace, removeWorkspace, type GradingWorkspace } from "../../../src/grader/workspace/workspace.js";
-import { loadGraderTask, type GraderTask } from "../../../src/task/public/loader.js";
+import { loadGraderTask, type GraderTask } from "../../../src/task/hidden/grader-task.js";
 
 const FIXTURES = join(TEST_FIXTURES, "grader", "tasks");
 const ALL: MutantOperator[] = ["arith", "cmp", "boundary", "bool", "not", "const", "drop-stmt", "drop-kw", "negate", "early-return"];

@@ -4,10 +4,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { execa } from "execa";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { graderSandboxFactory } from "../../../src/cli/grade.js";
+import { graderSandboxFactory } from "../../../src/grader/grade/sandbox-factory.js";
 import { checkHtml, checkText } from "../../../src/grader/check/check-report.js";
 import { checkTask, type CheckReport } from "../../../src/grader/check/task-check.js";
-import { loadGraderTask } from "../../../src/task/public/loader.js";
+import { loadGraderTask } from "../../../src/task/hidden/grader-task.js";
 
 /**
  * `task check` on real runs: the check-mean fixture (2 ranks over gloo, world sizes 1 and 2) passes;

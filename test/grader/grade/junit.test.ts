@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { junitSuites } from "../../../src/grader/grade/junit-report.js";
 import type { GradeResult, SessionResult } from "../../../src/grader/grade/types.js";
 import { packageRoot } from "../../../src/lib/paths.js";
-import { loadGraderTask } from "../../../src/task/public/loader.js";
+import { loadGraderTask } from "../../../src/task/hidden/grader-task.js";
 import { createSnapshot, diffAgainstBase } from "../../../src/task/public/snapshot.js";
 
 /**

@@ -3,13 +3,13 @@ import { readFileSync, readdirSync, mkdtempSync, rmSync, writeFileSync } from "n
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { graderSandboxFactory } from "../../../src/cli/grade.js";
+import { graderSandboxFactory } from "../../../src/grader/grade/sandbox-factory.js";
 import { calibrate } from "../../../src/grader/grade/calibrate.js";
 import { CANARY_STYLES, MUST_PASS_STYLES } from "../../../src/grader/workspace/test-renaming.js";
 import { gradeSubmission, type GradeMeta } from "../../../src/grader/grade/grade.js";
 import type { SandboxFactory } from "../../../src/grader/grade/pipeline.js";
 import type { Calibration, GradeResult, SessionResult } from "../../../src/grader/grade/types.js";
-import { loadGraderTask, type GraderTask } from "../../../src/task/public/loader.js";
+import { loadGraderTask, type GraderTask } from "../../../src/task/hidden/grader-task.js";
 import { createSnapshot, diffAgainstBase } from "../../../src/task/public/snapshot.js";
 
 /**

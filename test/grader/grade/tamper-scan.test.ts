@@ -5,7 +5,8 @@ import { join, resolve } from "node:path";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { scanPatchForTampering } from "../../../src/grader/grade/tamper-scan.js";
 import { bundledTasksDir, packageRoot } from "../../../src/lib/paths.js";
-import { listTaskIds, loadGraderTask } from "../../../src/task/public/loader.js";
+import { listTaskIds } from "../../../src/task/public/loader.js";
+import { loadGraderTask } from "../../../src/task/hidden/grader-task.js";
 import { importBundle } from "../../../src/task/public/snapshot.js";
 
 const FIXTURES = join(TEST_FIXTURES, "grader", "tasks");

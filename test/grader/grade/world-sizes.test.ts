@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { graderSandboxFactory } from "../../../src/cli/grade.js";
+import { graderSandboxFactory } from "../../../src/grader/grade/sandbox-factory.js";
 import { calibrate, calibrationDirFor } from "../../../src/grader/grade/calibrate.js";
 import { gradeSubmission, shouldStopEarly, type GradeMeta } from "../../../src/grader/grade/grade.js";
 import type { SandboxFactory } from "../../../src/grader/grade/pipeline.js";
@@ -13,7 +13,8 @@ import { goldView, scoreSubmission } from "../../../src/grader/grade/score.js";
 import { gradedWorldSizes, planSessions } from "../../../src/grader/grade/sessions.js";
 import type { Calibration, CaseRecord, GradeResult } from "../../../src/grader/grade/types.js";
 import { TaskError } from "../../../src/task/public/errors.js";
-import { loadGraderTask, loadPublicTask, loadTaskSpec, type GraderTask } from "../../../src/task/public/loader.js";
+import { loadPublicTask, loadTaskSpec } from "../../../src/task/public/loader.js";
+import { loadGraderTask, type GraderTask } from "../../../src/task/hidden/grader-task.js";
 import { createSnapshot, diffAgainstBase } from "../../../src/task/public/snapshot.js";
 
 /**

@@ -11,7 +11,7 @@ import { checkPatch } from "../../../src/grader/workspace/patch-check.js";
 import type { Calibration } from "../../../src/grader/grade/types.js";
 import { CANARY_STYLES, MUST_PASS_STYLES } from "../../../src/grader/workspace/test-renaming.js";
 import { freshWorkspace, installGradingTests, removeWorkspace, type GradingWorkspace } from "../../../src/grader/workspace/workspace.js";
-import { loadGraderTask, type GraderTask } from "../../../src/task/public/loader.js";
+import { loadGraderTask, type GraderTask } from "../../../src/task/hidden/grader-task.js";
 import { gradedWorldSizes, planSessions } from "../../../src/grader/grade/sessions.js";
 
 const FIXTURES = join(TEST_FIXTURES, "grader", "tasks");

@@ -8,10 +8,10 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { graderSandboxFactory } from "../../../src/cli/grade.js";
+import { graderSandboxFactory } from "../../../src/grader/grade/sandbox-factory.js";
 import { calibrationDirFor } from "../../../src/grader/grade/calibrate.js";
 import { fingerprintHash, hardwareFingerprint } from "../../../src/grader/workspace/fingerprint.js";
-import { loadGraderTask, type GraderTask } from "../../../src/task/public/loader.js";
+import { loadGraderTask, type GraderTask } from "../../../src/task/hidden/grader-task.js";
 import { SANDBOX_BACKENDS, TEST_DOCKER_OPTIONS, prepareBackend } from "../../helpers/backends.js";
 
 const FIXTURES = join(TEST_FIXTURES, "grader", "tasks");

@@ -4,7 +4,7 @@ import { lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkS
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { graderSandboxFactory } from "../../../src/cli/grade.js";
+import { graderSandboxFactory } from "../../../src/grader/grade/sandbox-factory.js";
 import { applyPatch } from "../../../src/grader/workspace/apply.js";
 import { calibrate } from "../../../src/grader/grade/calibrate.js";
 import { captureWorkspaceState, restoreWorkspaceState } from "../../../src/grader/workspace/fresh-state.js";
@@ -14,7 +14,7 @@ import type { SandboxFactory } from "../../../src/grader/grade/pipeline.js";
 import type { Calibration, GradeResult, SessionResult } from "../../../src/grader/grade/types.js";
 import { freshWorkspace, installGradingTests, pytestPinFor, removeWorkspace } from "../../../src/grader/workspace/workspace.js";
 import { runRanks } from "../../../src/runner/ranks.js";
-import { loadGraderTask, type GraderTask } from "../../../src/task/public/loader.js";
+import { loadGraderTask, type GraderTask } from "../../../src/task/hidden/grader-task.js";
 import { createSnapshot, diffAgainstBase } from "../../../src/task/public/snapshot.js";
 import { SANDBOX_BACKENDS, TEST_DOCKER_OPTIONS, prepareBackend } from "../../helpers/backends.js";
 

@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, 
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { graderSandboxFactory } from "../../../src/cli/grade.js";
+import { graderSandboxFactory } from "../../../src/grader/grade/sandbox-factory.js";
 import { applyPatch } from "../../../src/grader/workspace/apply.js";
 import { calibrate } from "../../../src/grader/grade/calibrate.js";
 import { gradeSubmission, type GradeMeta } from "../../../src/grader/grade/grade.js";
@@ -14,7 +14,7 @@ import { planSessions } from "../../../src/grader/grade/sessions.js";
 import { planConfigReverts, planPytestPin, pyprojectPytestPart, pytestConcern, withoutSelection, type ChangedFile } from "../../../src/grader/workspace/harness-files.js";
 import type { Calibration, GradeResult } from "../../../src/grader/grade/types.js";
 import { freshWorkspace, installGradingTests, removeWorkspace, revertTestConfig } from "../../../src/grader/workspace/workspace.js";
-import { loadGraderTask, type GraderTask } from "../../../src/task/public/loader.js";
+import { loadGraderTask, type GraderTask } from "../../../src/task/hidden/grader-task.js";
 import { createSnapshot, diffAgainstBase } from "../../../src/task/public/snapshot.js";
 
 /**

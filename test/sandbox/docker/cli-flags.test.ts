@@ -14,13 +14,13 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { Command } from "commander";
 import Docker from "dockerode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { graderSandboxFactory } from "../../../src/cli/grade.js";
+import { graderSandboxFactory } from "../../../src/grader/grade/sandbox-factory.js";
 import { addDockerOptions, dockerOptionsFromFlags, type DockerFlags } from "../../../src/cli/sandbox-options.js";
 import { freshWorkspace, removeWorkspace } from "../../../src/grader/workspace/workspace.js";
 import { bundledTasksDir, packageRoot } from "../../../src/lib/paths.js";
 import { gpuDeviceRequests, type PruneResult } from "../../../src/sandbox/docker/create.js";
 import { LABEL } from "../../../src/sandbox/docker/spec.js";
-import { loadGraderTask } from "../../../src/task/public/loader.js";
+import { loadGraderTask } from "../../../src/task/hidden/grader-task.js";
 import { TEST_DOCKER_OPTIONS, backendCliFlags, ensureBuilt } from "../../helpers/backends.js";
 import { dockerSuitePlan, ensureTestImage } from "../../helpers/docker-image.js";
 
