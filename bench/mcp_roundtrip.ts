@@ -23,7 +23,8 @@ import { bundledTasksDir, packageRoot } from "../src/lib/paths.js";
 import { launchSpecHex } from "../src/runner/ranks.js";
 import { loadPublicTask } from "../src/task/public/loader.js";
 import { modeEnv } from "../src/tools/support/task-env.js";
-import { createSandbox, type LocalSandbox } from "../src/sandbox/picker.js";
+import { createSandbox } from "../src/sandbox/picker.js";
+import type { LocalSandbox } from "../src/sandbox/local/sandbox.js";
 import { SANDBOX_BASE_DIR } from "../src/server/session.js";
 
 const TASK = "grad-bucketing";

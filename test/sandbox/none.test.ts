@@ -3,7 +3,8 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync,
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { NONE_WARNING, NoneSandbox, createSandbox } from "../../src/sandbox/picker.js";
+import { createSandbox } from "../../src/sandbox/picker.js";
+import { NONE_WARNING, NoneSandbox } from "../../src/sandbox/none.js";
 import { processesMatching, uniqueSleepSeconds } from "../helpers/sandbox.js";
 
 let base: string;

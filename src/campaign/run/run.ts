@@ -190,6 +190,30 @@ export function checkTaskFolderUnseen(taskRef: string, tasksDir: string | undefi
   if (system) throw new UsageError(`run: the task folder ${real} lies under ${system}, which the sandbox binds read-only: the agent could read its hidden part; copy the tasks folder elsewhere (e.g. under your home) and pass --tasks-dir`);
 }
 
+/** What a run holds while it runs: closed (and the temp folder removed) whatever happens. */
+interface RunResources {
+  tmp: string;
+  standin: StandinServer | null;
+  proxy: EgressProxy | null;
+  container: RunContainer | null;
+}
+
+/** The run's exported task, its server-side run folder and the MCP server entry the harness starts. */
+interface ServedRun {
+  exp: ReturnType<typeof exportPublicTask>;
+  runsDir: string;
+  session: Awaited<ReturnType<typeof openRun>>["session"];
+  serverSandbox: "local" | "none";
+}
+
+type AttemptRecord = AttemptResult & { attempt: number; session_id: string | null };
+
+/**
+ * `infradev run`: one agent harness on one task, then (with `grade`) its grade. Phases: the public
+ * export and the server's run folder; the model endpoint (stand-in or real, through the egress proxy
+ * in docker mode); the harness (and its container); the attempts with recovery re-prompts; the patch
+ * saved by our own `serve --resume`; run.json. A run whose run.json says it ended is not run again.
+ */
 export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
   const out = resolve(o.out);
   mkdirSync(out, { recursive: true });
@@ -212,172 +236,228 @@ export async function runAgentOnTask(o: RunOptions): Promise<RunOutcome> {
   const docker = o.sandbox === "docker";
   const image = docker ? (o.docker?.image ?? publicTask.spec.image) : undefined;
   if (docker && !image) throw new UsageError(`run: --sandbox docker needs an image and task ${publicTask.id} names none: pass --image <image> or set \`image:\` in its task.yaml`);
-  // In docker mode the container is the sandbox: the server inside runs its tools as plain processes there.
-  const serverSandbox = docker ? "none" : (o.sandbox as "local" | "none");
-  const tmp = mkdtempSync(join(tmpdir(), `infradev-run-${publicTask.id}-`));
-  let standin: StandinServer | null = null;
-  let proxy: EgressProxy | null = null;
-  let container: RunContainer | null = null;
+  const res: RunResources = { tmp: mkdtempSync(join(tmpdir(), `infradev-run-${publicTask.id}-`)), standin: null, proxy: null, container: null };
   try {
-    const exp = exportPublicTask(publicTask, join(tmp, "export"));
-    const runsDir = join(tmp, "runs");
-    const { session } = await openRun({ task: exp.task, runsDir, taskDir: exp.taskDir });
-    await createBaseCheckout(session.paths.workspaceDir, session.paths.baseDir, session.baseCommit);
-
-    let providerUrl = o.providerUrl ?? "";
-    let keyEnv = o.providerKeyEnv ?? "";
-    let key = keyEnv ? (process.env[keyEnv] ?? "") : "";
-    if (steps) {
-      const log = join(out, STANDIN_REQUESTS_FILE);
-      standin = await startStandin({ steps, onRequest: (r) => appendFileSync(log, `${JSON.stringify(r)}\n`) });
-      providerUrl = standin.url;
-      keyEnv = "INFRADEV_STANDIN_KEY";
-      key = "stand-in-model-no-key";
-    }
-    let harnessUrl = providerUrl;
-    const socketDir = join(tmp, "egress");
-    if (docker) {
-      mkdirSync(socketDir);
-      const egressLog = join(out, EGRESS_FILE);
-      proxy = await startEgressProxy({ socketPath: join(socketDir, "model.sock"), target: providerUrl, onRequest: (r) => appendFileSync(egressLog, `${JSON.stringify(r)}\n`) });
-      const u = new URL(providerUrl);
-      harnessUrl = `http://127.0.0.1:${RELAY_PORT}${u.pathname === "/" ? "" : u.pathname}${u.search}`;
-    }
-    const connect: ConnectOptions = { task: exp.task.id, sandbox: serverSandbox, runsDir, tasksDir: exp.tasksDir, node: process.execPath, cli: cliEntry() };
-    const extraArgs = ["--resume", session.runId, ...(o.python ? ["--python", o.python] : [])];
-    const setup: HarnessSetup = { root: join(tmp, "harness"), serveArgv: [], runTimeoutSec: exp.task.spec.run_timeout_sec, model: o.model, providerUrl: harnessUrl, providerKeyEnv: keyEnv, providerKey: key, skill: o.skill };
-    let harness: PreparedHarness =
-      o.agent === "codex" ? prepareCodex(setup, codexServerTable(connect, setup.runTimeoutSec, extraArgs)) : prepareOpencode(setup, connect, extraArgs);
-    if (docker) {
-      o.onProgress?.(`starting the run's container from ${image} (network none; the model endpoint through the egress proxy only)`);
-      container = await startRunContainer({
-        runId: id,
-        image: image!,
-        docker: o.docker ?? {},
-        readOnly: [exp.tasksDir],
-        readWrite: [runsDir, setup.root],
-        realTaskDir: realpathSync(resolveTaskDir(o.task, o.tasksDir ?? bundledTasksDir())),
-        socketDir,
-        socketPath: join(socketDir, "model.sock"),
-        workdir: harness.cwd,
-      });
-      writeJsonAtomic(join(out, CONTAINER_FILE), { name: container.name, id: container.id, image: container.image, network: "none", relay: harnessUrl });
-      harness = container.wrap(harness);
-    }
-
-    const tally = emptyTally();
-    const attempts: Array<AttemptResult & { attempt: number; session_id: string | null }> = [];
-    const submittedNow = () => submittedIn(session.paths.sessionFile);
-    const inContainer = container;
-    let exitReason: ExitReason = "harness_exited";
-    let error: string | null = null;
-    for (let k = 0; k <= o.recoveries; k++) {
-      if (Date.now() >= deadline) {
-        exitReason = "time_limit";
-        break;
-      }
-      const argv = harness.argv({ prompt: k === 0 ? instruction(exp.task.prompt) : RECOVERY_PROMPT, resumeSession: k === 0 ? null : tally.sessionId });
-      o.onProgress?.(`attempt ${k + 1}: ${harness.name}${k > 0 ? ` (re-prompt of session ${tally.sessionId})` : ""}`);
-      // A signal that came during set-up (the container's start) finds no attempt to end: stop here.
-      if (o.signal?.aborted) throw new Error("run interrupted");
-      await container?.ensureRunning();
-      const a = await runAttempt(harness, argv, { deadline, eventsFile: join(out, HARNESS_EVENTS_FILE), stderrFile: join(out, HARNESS_STDERR_FILE), tally, signal: o.signal, onStop: inContainer ? () => inContainer.kill() : undefined });
-      // Docker: what the harness left running in the container (its server, commands) ends with it, as
-      // host mode ends the attempt's process group; the next attempt starts the container again.
-      await container?.kill();
-      attempts.push({ ...a, attempt: k + 1, session_id: tally.sessionId });
-      writeJsonAtomic(join(out, ATTEMPTS_FILE), attempts);
-      if (a.aborted) throw new Error("run interrupted");
-      if (submittedNow()) {
-        exitReason = "submitted";
-        break;
-      }
-      if (a.timedOut) {
-        exitReason = "time_limit";
-        break;
-      }
-      if (a.spawnError) {
-        exitReason = "error";
-        error = `${harness.name} could not start: ${a.spawnError}`;
-        break;
-      }
-      exitReason = a.exitCode === 0 ? "harness_exited" : "error";
-      error = a.exitCode === 0 ? null : `${harness.name} exited ${a.exitCode ?? a.signal}: ${a.stderrTail.trim().split("\n").slice(-2).join(" | ")}`;
-      if (k < o.recoveries && tally.sessionId === null) {
-        error = `${harness.name} reported no session id to re-prompt`;
-        exitReason = "error";
-        break;
-      }
-    }
-    await standin?.close();
-    standin = null;
-    // Ended without a submission: what the harness last complained about says why (an unreachable endpoint…).
-    if (exitReason !== "submitted" && error === null && tally.lastError) error = `last harness error: ${tally.lastError}`;
-
-    // Our own resume of the run: `serve --resume` with stdin closed writes patch.diff from the
-    // workspace through the sandbox (the host follows no path the agent controls) and session_end.
-    // Docker: inside the container (killed first, so nothing the agent started still runs; then started
-    // again for the resume alone), then removed before the host reads anything of the run folder.
-    const resumeArgs = ["serve", "--task", exp.task.id, "--tasks-dir", exp.tasksDir, "--runs-dir", runsDir, "--resume", session.runId, "--sandbox", serverSandbox, ...(o.python ? ["--python", o.python] : [])];
-    let finish: { code: number | null; stderr: string };
-    if (container) {
-      await container.kill();
-      finish = await container.execToEnd([process.execPath, cliEntry(), ...resumeArgs], 120_000);
-      await container.remove();
-    } else {
-      finish = await runCli(resumeArgs, { timeoutMs: 120_000, closeStdin: true });
-    }
-    if (finish.code !== 0 || !existsSync(session.paths.patchPath)) {
-      exitReason = "error";
-      error = `saving the patch failed (serve --resume exited ${finish.code}): ${finish.stderr.trim().split("\n").filter((l) => l.trim()).slice(-3).join(" | ")}`;
-    }
-    // No link followed, regular files only, capped: in docker mode the container could write the whole run folder.
-    let patch: Buffer = Buffer.alloc(0);
-    if (existsSync(session.paths.patchPath)) {
-      const r = readRegularFile(session.paths.patchPath, PATCH_MAX_BYTES);
-      if (r.truncated) throw new Error(`run: the patch is larger than ${PATCH_MAX_BYTES} bytes`);
-      patch = r.data;
-    }
-    writeFileSync(join(out, PATCH_FILE), patch);
-    const trace = existsSync(session.paths.tracePath) ? readRegularText(session.paths.tracePath, TRACE_MAX_BYTES).text : "";
-    writeFileSync(join(out, TRACE_FILE), trace);
-    const used = toolsUsed(trace);
-    const endedAt = new Date();
-    const record: RunRecord = {
-      schema_version: 1,
-      run_id: id,
-      task_id: publicTask.id,
-      category: publicTask.spec.category,
-      type: publicTask.spec.type,
-      agent: o.name,
-      harness: o.agent,
-      harness_version: harness.version,
-      model: o.model,
-      skill: o.skill,
-      repeat: o.repeat,
-      started_at: startedAt.toISOString(),
-      ended_at: endedAt.toISOString(),
-      wall_s: Math.round((endedAt.getTime() - startedAt.getTime()) / 100) / 10,
-      time_limit_min: o.timeLimitMin,
-      exit_reason: exitReason,
-      error,
-      attempts: attempts.length,
-      recoveries_used: Math.max(0, attempts.length - 1),
-      turns: tally.turns,
-      tool_calls: Object.values(used).reduce((a, b) => a + b, 0),
-      tools_used: used,
-      tokens: tally.tokens,
-      patch_bytes: Buffer.byteLength(readFileSync(join(out, PATCH_FILE))),
-      submitted: submittedNow(),
-      grade: null,
-    };
-    writeJsonAtomic(join(out, RUN_RECORD_FILE), record);
+    const served = await serveExport(o, publicTask, res.tmp);
+    const endpoint = await startModelEndpoint(o, out, res, steps);
+    const harness = await prepareHarness(o, out, res, served, endpoint, id, image);
+    const attempted = await runAttempts(o, out, res, served, harness, deadline);
+    await res.standin?.close();
+    res.standin = null;
+    const saved = await savePatch(o, out, res, served, attempted);
+    const record = writeRunRecord(o, out, { id, publicTask, harness, startedAt, attempted: { ...attempted, ...saved }, session: served.session });
     const gradeError = o.grade ? await gradeRun(o, out, record) : null;
     return { record: readJson<RunRecord>(join(out, RUN_RECORD_FILE))!, did: "ran", gradeError };
   } finally {
-    await container?.remove().catch(() => undefined);
-    await proxy?.close();
-    await standin?.close();
-    if (process.env.INFRADEV_KEEP_RUN_TMP !== "1") rmSync(tmp, { recursive: true, force: true });
+    await res.container?.remove().catch(() => undefined);
+    await res.proxy?.close();
+    await res.standin?.close();
+    if (process.env.INFRADEV_KEEP_RUN_TMP !== "1") rmSync(res.tmp, { recursive: true, force: true });
   }
+}
+
+/** The public export of the task, the server's run folder over it, and the base checkout measure compares with. */
+async function serveExport(o: RunOptions, publicTask: ReturnType<typeof loadPublicTask>, tmp: string): Promise<ServedRun> {
+  // In docker mode the container is the sandbox: the server inside runs its tools as plain processes there.
+  const serverSandbox = o.sandbox === "docker" ? "none" : (o.sandbox as "local" | "none");
+  const exp = exportPublicTask(publicTask, join(tmp, "export"));
+  const runsDir = join(tmp, "runs");
+  const { session } = await openRun({ task: exp.task, runsDir, taskDir: exp.taskDir });
+  await createBaseCheckout(session.paths.workspaceDir, session.paths.baseDir, session.baseCommit);
+  return { exp, runsDir, session, serverSandbox };
+}
+
+interface ModelEndpoint {
+  providerUrl: string;
+  keyEnv: string;
+  key: string;
+  /** The URL the harness is given (docker: the relay inside the container). */
+  harnessUrl: string;
+  socketDir: string;
+}
+
+/** The model the harness talks to: the real endpoint, or the scripted stand-in; in docker mode only through the egress proxy. */
+async function startModelEndpoint(o: RunOptions, out: string, res: RunResources, steps: ReturnType<typeof standinSteps> | null): Promise<ModelEndpoint> {
+  let providerUrl = o.providerUrl ?? "";
+  let keyEnv = o.providerKeyEnv ?? "";
+  let key = keyEnv ? (process.env[keyEnv] ?? "") : "";
+  if (steps) {
+    const log = join(out, STANDIN_REQUESTS_FILE);
+    res.standin = await startStandin({ steps, onRequest: (r) => appendFileSync(log, `${JSON.stringify(r)}\n`) });
+    providerUrl = res.standin.url;
+    keyEnv = "INFRADEV_STANDIN_KEY";
+    key = "stand-in-model-no-key";
+  }
+  let harnessUrl = providerUrl;
+  const socketDir = join(res.tmp, "egress");
+  if (o.sandbox === "docker") {
+    mkdirSync(socketDir);
+    const egressLog = join(out, EGRESS_FILE);
+    res.proxy = await startEgressProxy({ socketPath: join(socketDir, "model.sock"), target: providerUrl, onRequest: (r) => appendFileSync(egressLog, `${JSON.stringify(r)}\n`) });
+    const u = new URL(providerUrl);
+    harnessUrl = `http://127.0.0.1:${RELAY_PORT}${u.pathname === "/" ? "" : u.pathname}${u.search}`;
+  }
+  return { providerUrl, keyEnv, key, harnessUrl, socketDir };
+}
+
+/** The harness adapter with its private config naming our server; in docker mode wrapped to run in the run's container. */
+async function prepareHarness(o: RunOptions, out: string, res: RunResources, { exp, runsDir, session, serverSandbox }: ServedRun, endpoint: ModelEndpoint, id: string, image: string | undefined): Promise<PreparedHarness> {
+  const { harnessUrl, keyEnv, key, socketDir } = endpoint;
+  const connect: ConnectOptions = { task: exp.task.id, sandbox: serverSandbox, runsDir, tasksDir: exp.tasksDir, node: process.execPath, cli: cliEntry() };
+  const extraArgs = ["--resume", session.runId, ...(o.python ? ["--python", o.python] : [])];
+  const setup: HarnessSetup = { root: join(res.tmp, "harness"), serveArgv: [], runTimeoutSec: exp.task.spec.run_timeout_sec, model: o.model, providerUrl: harnessUrl, providerKeyEnv: keyEnv, providerKey: key, skill: o.skill };
+  let harness: PreparedHarness =
+    o.agent === "codex" ? prepareCodex(setup, codexServerTable(connect, setup.runTimeoutSec, extraArgs)) : prepareOpencode(setup, connect, extraArgs);
+  if (o.sandbox === "docker") {
+    o.onProgress?.(`starting the run's container from ${image} (network none; the model endpoint through the egress proxy only)`);
+    res.container = await startRunContainer({
+      runId: id,
+      image: image!,
+      docker: o.docker ?? {},
+      readOnly: [exp.tasksDir],
+      readWrite: [runsDir, setup.root],
+      realTaskDir: realpathSync(resolveTaskDir(o.task, o.tasksDir ?? bundledTasksDir())),
+      socketDir,
+      socketPath: join(socketDir, "model.sock"),
+      workdir: harness.cwd,
+    });
+    writeJsonAtomic(join(out, CONTAINER_FILE), { name: res.container.name, id: res.container.id, image: res.container.image, network: "none", relay: harnessUrl });
+    harness = res.container.wrap(harness);
+  }
+
+  return harness;
+}
+
+interface Attempted {
+  exitReason: ExitReason;
+  error: string | null;
+  attempts: AttemptRecord[];
+  tally: ReturnType<typeof emptyTally>;
+}
+
+/** The first prompt, then recovery re-prompts of the same session until the agent submits, the time is up or the harness fails. */
+async function runAttempts(o: RunOptions, out: string, res: RunResources, { exp, session }: ServedRun, harness: PreparedHarness, deadline: number): Promise<Attempted> {
+  const container = res.container;
+  const tally = emptyTally();
+  const attempts: Array<AttemptResult & { attempt: number; session_id: string | null }> = [];
+  const submittedNow = () => submittedIn(session.paths.sessionFile);
+  const inContainer = container;
+  let exitReason: ExitReason = "harness_exited";
+  let error: string | null = null;
+  for (let k = 0; k <= o.recoveries; k++) {
+    if (Date.now() >= deadline) {
+      exitReason = "time_limit";
+      break;
+    }
+    const argv = harness.argv({ prompt: k === 0 ? instruction(exp.task.prompt) : RECOVERY_PROMPT, resumeSession: k === 0 ? null : tally.sessionId });
+    o.onProgress?.(`attempt ${k + 1}: ${harness.name}${k > 0 ? ` (re-prompt of session ${tally.sessionId})` : ""}`);
+    // A signal that came during set-up (the container's start) finds no attempt to end: stop here.
+    if (o.signal?.aborted) throw new Error("run interrupted");
+    await container?.ensureRunning();
+    const a = await runAttempt(harness, argv, { deadline, eventsFile: join(out, HARNESS_EVENTS_FILE), stderrFile: join(out, HARNESS_STDERR_FILE), tally, signal: o.signal, onStop: inContainer ? () => inContainer.kill() : undefined });
+    // Docker: what the harness left running in the container (its server, commands) ends with it, as
+    // host mode ends the attempt's process group; the next attempt starts the container again.
+    await container?.kill();
+    attempts.push({ ...a, attempt: k + 1, session_id: tally.sessionId });
+    writeJsonAtomic(join(out, ATTEMPTS_FILE), attempts);
+    if (a.aborted) throw new Error("run interrupted");
+    if (submittedNow()) {
+      exitReason = "submitted";
+      break;
+    }
+    if (a.timedOut) {
+      exitReason = "time_limit";
+      break;
+    }
+    if (a.spawnError) {
+      exitReason = "error";
+      error = `${harness.name} could not start: ${a.spawnError}`;
+      break;
+    }
+    exitReason = a.exitCode === 0 ? "harness_exited" : "error";
+    error = a.exitCode === 0 ? null : `${harness.name} exited ${a.exitCode ?? a.signal}: ${a.stderrTail.trim().split("\n").slice(-2).join(" | ")}`;
+    if (k < o.recoveries && tally.sessionId === null) {
+      error = `${harness.name} reported no session id to re-prompt`;
+      exitReason = "error";
+      break;
+    }
+  }
+  // Ended without a submission: what the harness last complained about says why (an unreachable endpoint…).
+  if (exitReason !== "submitted" && error === null && tally.lastError) error = `last harness error: ${tally.lastError}`;
+  return { exitReason, error, attempts, tally };
+}
+
+/**
+ * Our own resume of the run: `serve --resume` with stdin closed writes patch.diff from the workspace
+ * through the sandbox (the host follows no path the agent controls) and session_end. Docker: inside
+ * the container (killed first, so nothing the agent started still runs; then started again for the
+ * resume alone), then removed before the host reads anything of the run folder.
+ */
+async function savePatch(o: RunOptions, out: string, res: RunResources, { exp, runsDir, session, serverSandbox }: ServedRun, attempted: Attempted): Promise<Pick<Attempted, "exitReason" | "error">> {
+  let { exitReason, error } = attempted;
+  const container = res.container;
+  const resumeArgs = ["serve", "--task", exp.task.id, "--tasks-dir", exp.tasksDir, "--runs-dir", runsDir, "--resume", session.runId, "--sandbox", serverSandbox, ...(o.python ? ["--python", o.python] : [])];
+  let finish: { code: number | null; stderr: string };
+  if (container) {
+    await container.kill();
+    finish = await container.execToEnd([process.execPath, cliEntry(), ...resumeArgs], 120_000);
+    await container.remove();
+  } else {
+    finish = await runCli(resumeArgs, { timeoutMs: 120_000, closeStdin: true });
+  }
+  if (finish.code !== 0 || !existsSync(session.paths.patchPath)) {
+    exitReason = "error";
+    error = `saving the patch failed (serve --resume exited ${finish.code}): ${finish.stderr.trim().split("\n").filter((l) => l.trim()).slice(-3).join(" | ")}`;
+  }
+  // No link followed, regular files only, capped: in docker mode the container could write the whole run folder.
+  let patch: Buffer = Buffer.alloc(0);
+  if (existsSync(session.paths.patchPath)) {
+    const r = readRegularFile(session.paths.patchPath, PATCH_MAX_BYTES);
+    if (r.truncated) throw new Error(`run: the patch is larger than ${PATCH_MAX_BYTES} bytes`);
+    patch = r.data;
+  }
+  writeFileSync(join(out, PATCH_FILE), patch);
+  const trace = existsSync(session.paths.tracePath) ? readRegularText(session.paths.tracePath, TRACE_MAX_BYTES).text : "";
+  writeFileSync(join(out, TRACE_FILE), trace);
+  return { exitReason, error };
+}
+
+/** run.json, written last (its ended_at marks the run finished), from what the run left in `out`. */
+function writeRunRecord(o: RunOptions, out: string, r: { id: string; publicTask: ReturnType<typeof loadPublicTask>; harness: PreparedHarness; startedAt: Date; attempted: Attempted; session: ServedRun["session"] }): RunRecord {
+  const { id, publicTask, harness, startedAt, session } = r;
+  const { exitReason, error, attempts, tally } = r.attempted;
+  const trace = readFileSync(join(out, TRACE_FILE), "utf8");
+  const submittedNow = () => submittedIn(session.paths.sessionFile);
+  const used = toolsUsed(trace);
+  const endedAt = new Date();
+  const record: RunRecord = {
+    schema_version: 1,
+    run_id: id,
+    task_id: publicTask.id,
+    category: publicTask.spec.category,
+    type: publicTask.spec.type,
+    agent: o.name,
+    harness: o.agent,
+    harness_version: harness.version,
+    model: o.model,
+    skill: o.skill,
+    repeat: o.repeat,
+    started_at: startedAt.toISOString(),
+    ended_at: endedAt.toISOString(),
+    wall_s: Math.round((endedAt.getTime() - startedAt.getTime()) / 100) / 10,
+    time_limit_min: o.timeLimitMin,
+    exit_reason: exitReason,
+    error,
+    attempts: attempts.length,
+    recoveries_used: Math.max(0, attempts.length - 1),
+    turns: tally.turns,
+    tool_calls: Object.values(used).reduce((a, b) => a + b, 0),
+    tools_used: used,
+    tokens: tally.tokens,
+    patch_bytes: Buffer.byteLength(readFileSync(join(out, PATCH_FILE))),
+    submitted: submittedNow(),
+    grade: null,
+  };
+  writeJsonAtomic(join(out, RUN_RECORD_FILE), record);
+  return record;
 }

@@ -1,4 +1,4 @@
-import type { CheckReport, Finding, MutantRow, SubmissionRow } from "./task-check.js";
+import type { CheckReport, Finding, MutantRow, SubmissionRow } from "./types.js";
 import { wrapText } from "./demo-matrix.js";
 import { formatTable } from "../../lib/text-table.js";
 

@@ -11,11 +11,14 @@ import { hardwareFingerprint } from "../workspace/fingerprint.js";
 import { gradedWorldSizes } from "../grade/sessions.js";
 import { gradeSubmission } from "../grade/grade.js";
 import { generateHollow, generateMutants, type Mutant, type MutantSkips } from "./mutants.js";
-import type { SandboxFactory } from "../grade/pipeline.js";
 import { acceptanceProblems, failingCases, type FailingCases } from "./acceptance-rules.js";
 import { scanProbeMarkers, type MarkerScan } from "./probe-markers.js";
 import { collectiveTimeouts, interfaceContract, promptLeaks, withTaskTrees, type AnalysisOptions } from "./task-analysis.js";
 import type { Calibration, GradeResult } from "../grade/types.js";
+import { DEFAULT_MIN_MUTATION_SCORE, type CheckOptions, type CheckReport, type CoverageRow, type Finding, type FindingLevel, type MutantRow, type MutantVerdict, type SubmissionRow } from "./types.js";
+
+export type { CheckOptions, CheckReport, CoverageRow, Finding, FindingLevel, MutantRow, MutantVerdict, SubmissionRow };
+export { DEFAULT_MIN_MUTATION_SCORE };
 
 /**
  * `task check`: the task author's acceptance check, Algorithm 2 of the InfraDev paper extended.
@@ -30,111 +33,6 @@ import type { Calibration, GradeResult } from "../grade/types.js";
  * alternative-correct patch resolved (strict) in Set A and Set B (a probe failing one is over-strict);
  * mutants of the golden patch, generated with `ast`, killed (mutation score ≥ the threshold).
  */
-
-export type FindingLevel = "error" | "warning" | "info";
-
-export interface Finding {
-  level: FindingLevel;
-  /** What it is about: promises, markers, adversarial, alternatives, mutants, gold, contract, prompt, traps, hollow, base. */
-  area: string;
-  message: string;
-}
-
-export type MutantVerdict = "killed_official" | "killed_probes" | "survived" | "equivalent" | "not_run" | "error";
-
-export interface MutantRow {
-  id: string;
-  file: string;
-  line: number;
-  operator: string;
-  description: string;
-  verdict: MutantVerdict;
-  /** Promises of the probes that failed (killed_probes), or why (error / equivalent). */
-  detail?: string;
-  killed_by?: string[];
-  /** The change against the golden patch, as `-`/`+` lines. */
-  diff: string;
-}
-
-export interface SubmissionRow {
-  kind: "base" | "empty" | "hollow" | "hollow-generated" | "adversarial" | "alternative";
-  name: string;
-  status: GradeResult["status"] | "not_run";
-  set_a: { resolved: boolean | null; resolved_strict: boolean | null; score: number | null };
-  set_b: { resolved: boolean | null; resolved_strict: boolean | null; score: number | null };
-  /** Probe cases gold passes and this submission does not: id → promise. */
-  failing_probes: Array<{ id: string; promise: string | null }>;
-  /** Official cases gold passes and this one does not. */
-  failing_official: string[];
-  ok: boolean;
-  why?: string;
-  note?: string;
-  breaks?: string[];
-}
-
-export interface CoverageRow {
-  id: string;
-  text: string;
-  prompt_line: number;
-  probes: string[];
-  adversarial: string[];
-  mutants: string[];
-}
-
-export interface CheckReport {
-  task: string;
-  task_dir: string;
-  passed: boolean;
-  started_at: string;
-  duration_s: number;
-  world_sizes: number[];
-  findings: Finding[];
-  coverage: CoverageRow[];
-  gold: { runs: number; cases: number; probes: number; flaky: string[]; skipped_probes: string[]; calibration_cached: boolean } | null;
-  submissions: SubmissionRow[];
-  mutants: {
-    generated: number;
-    graded: number;
-    skipped: Record<string, number>;
-    killed_official: number;
-    killed_probes: number;
-    survived: number;
-    equivalent: number;
-    not_run: number;
-    errors: number;
-    score: number | null;
-    threshold: number;
-    reused: number;
-    rows: MutantRow[];
-  } | null;
-  contract: Array<{ name: string; kind: string; defined_at: string; referenced_at: string[]; in_prompt: boolean }>;
-  leaks: Array<{ file: string; line: number; lines: number; prompt_line: number; text: string }>;
-}
-
-export interface CheckOptions {
-  task: GraderTask;
-  /** The check's folder: grades, mutants, report.json. */
-  outDir: string;
-  calibrationDir?: string;
-  sandboxFactory: SandboxFactory;
-  /** Python for the host-side analysis (stdlib only). */
-  hostPython?: string;
-  /** Grade at most this many mutants (a seeded sample); null / undefined: all. */
-  mutants?: number | null;
-  /** false: no mutants at all (the rest of the check only). */
-  runMutants?: boolean;
-  seed?: number;
-  /** Wall-clock budget for the mutants, seconds: mutants not started by then are `not_run`. */
-  timeLimitSec?: number;
-  /** Grades at once (default: the machine's cores halved, at least 1; a GPU task: 1). */
-  jobs?: number;
-  minMutationScore?: number;
-  onProgress?: (msg: string) => void;
-  /** Test hook / later phases: the world sizes the grader runs (default: the task's). */
-  worldSizes?: number[];
-}
-
-export const DEFAULT_MIN_MUTATION_SCORE = 0.9;
 
 export function defaultJobs(task: GraderTask): number {
   // A GPU task holds its GPUs; on CPU every grade runs `ranks` processes: leave room for them, since a
@@ -236,18 +134,71 @@ function namedIn(prompt: string, name: string): boolean {
 /** torch's default collective timeouts (torch.distributed.constants): gloo 30 min; NCCL 10 min in torch ≥ 2.2. */
 const DEFAULT_COLLECTIVE_TIMEOUT_S = 600;
 
+/** What every phase of a check shares: the task, the options, where findings go. */
+interface CheckContext {
+  task: GraderTask;
+  spec: GraderTask["fullSpec"];
+  opts: CheckOptions;
+  worldSizes: number[];
+  scratch: string;
+  add: (level: FindingLevel, area: string, message: string) => void;
+  say: (m: string) => void;
+}
+
+/**
+ * `task check`: the static half (promises, probe markers, author traps, golden vs base analysis),
+ * then gold calibrated, the controls graded (base, empty, hollow, adversarial, alternatives), the
+ * mutants graded, and every promise's coverage. Each phase adds findings; the report says whether
+ * any is an error.
+ */
 export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   const { task } = opts;
   const started = Date.now();
-  const say = (m: string) => opts.onProgress?.(m);
   const findings: Finding[] = [];
-  const add = (level: FindingLevel, area: string, message: string) => findings.push({ level, area, message });
   const scratch = join(opts.outDir, "work");
   mkdirSync(scratch, { recursive: true });
   const spec = task.fullSpec;
-  const worldSizes = opts.worldSizes ? [...opts.worldSizes].sort((a, b) => a - b) : gradedWorldSizes(spec);
+  const ctx: CheckContext = {
+    task,
+    spec,
+    opts,
+    worldSizes: opts.worldSizes ? [...opts.worldSizes].sort((a, b) => a - b) : gradedWorldSizes(spec),
+    scratch,
+    add: (level, area, message) => findings.push({ level, area, message }),
+    say: (m) => opts.onProgress?.(m),
+  };
+  const { promises, probesOf } = checkPromisesAndMarkers(ctx);
+  checkAuthorTraps(ctx);
+  const golden = await analyseGolden(ctx);
+  const gold = await calibrateGold(ctx);
+  const grade = serialGrader(ctx, gold);
+  const submissions = await gradeControls(ctx, gold, grade, golden.hollow);
+  const mutants = golden.mutants ? await gradeMutants(ctx, gold, grade, golden.mutants) : null;
+  const coverage = promiseCoverage(ctx, promises, probesOf, submissions, mutants);
+  const worldSizes = ctx.worldSizes;
+  const { contract, leaks } = golden;
+  const { cal, handle, goldProbes, skippedProbes } = gold;
+  const report: CheckReport = {
+    task: task.id,
+    task_dir: task.taskDir,
+    passed: !findings.some((f) => f.level === "error"),
+    started_at: new Date(started).toISOString(),
+    duration_s: (Date.now() - started) / 1000,
+    world_sizes: worldSizes,
+    findings,
+    coverage,
+    gold: { runs: cal.runs, cases: cal.cases.length, probes: goldProbes.length, flaky: cal.flaky, skipped_probes: skippedProbes, calibration_cached: handle.cached },
+    submissions,
+    mutants,
+    contract,
+    leaks,
+  };
+  writeJsonAtomic(join(opts.outDir, "report.json"), report);
+  return report;
+}
 
-  // ---- static: promises, markers, breaks -------------------------------------------------------
+/** Promises, probe markers and their links (static: nothing runs). */
+function checkPromisesAndMarkers({ task, spec, opts, add }: CheckContext) {
   const promises = task.hidden.promises;
   if (!promises) add("error", "promises", `${displayPath(join(task.taskDir, spec.hidden.dir))}/promises.yaml: missing: list the task's promises (id, one line, the prompt.md fragment it comes from); every probe marker and adversarial \`breaks\` must name one`);
   let markers: MarkerScan = { probes: [], problems: [] };
@@ -261,7 +212,11 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   if (promises) for (const p of promises) if (!probesOf(p.id).length) add("error", "promises", `${p.declaredAt}: promise "${p.id}" has no probe (no probe marker names it)`);
   if (!task.hidden.alternatives.length) add("warning", "alternatives", `no ${spec.hidden.dir}/alternatives/index.yaml: without alternative-correct patches nothing shows the probes accept a correct patch that differs from golden`);
 
-  // ---- author traps ---------------------------------------------------------------------------
+  return { promises, probesOf };
+}
+
+/** Mistakes an author makes that no grade would show: a single-process prompt never graded at 1 rank, test files the post-PR tree drops. */
+function checkAuthorTraps({ task, spec, worldSizes, add }: CheckContext): void {
   const singleProcess = SINGLE_PROCESS.exec(task.prompt);
   if (singleProcess && !worldSizes.includes(1)) {
     const line = task.prompt.slice(0, singleProcess.index).split("\n").length;
@@ -278,7 +233,17 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   }
   if (!task.hidden.hollowPatch) add("warning", "hollow", `no ${spec.hidden.hollow_patch}: the check grades a hollow patch generated from the golden patch instead (keep it: infradev task hollow ${task.id} > ${displayPath(join(task.taskDir, spec.hidden.hollow_patch))})`);
 
-  // ---- static analysis of golden vs base (one pair of trees for every analysis) ----------------
+}
+
+interface GoldenAnalysis {
+  contract: CheckReport["contract"];
+  leaks: CheckReport["leaks"];
+  hollow: { patch: string; stubbed: string[] } | null;
+  mutants: { mutants: Mutant[]; skipped: MutantSkips } | null;
+}
+
+/** Static analysis of golden vs base, over one pair of trees: interface contract, prompt leaks, collective timeouts, the generated hollow and the mutants. */
+async function analyseGolden({ task, spec, opts, worldSizes, scratch, add, say }: CheckContext): Promise<GoldenAnalysis> {
   let contract: CheckReport["contract"] = [];
   let leaks: CheckReport["leaks"] = [];
   let generatedHollow: { patch: string; stubbed: string[] } | null = null;
@@ -317,7 +282,21 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     add("error", "analysis", `static analysis of the golden patch failed: ${(e as Error).message}`);
   }
 
-  // ---- gold ------------------------------------------------------------------------------------
+  // Assigned inside the trees' callback: TypeScript does not see it, so the types are restated here.
+  return { contract, leaks, hollow: generatedHollow as GoldenAnalysis["hollow"], mutants: generated as GoldenAnalysis["mutants"] };
+}
+
+interface GoldRuns {
+  cal: Calibration;
+  handle: Awaited<ReturnType<typeof calibrate>>;
+  fingerprint: Awaited<ReturnType<typeof hardwareFingerprint>>;
+  taskHash: string;
+  goldProbes: Calibration["cases"];
+  skippedProbes: string[];
+}
+
+/** Gold calibrated (3 runs at every graded world size): a probe gold skips or fails checks nothing. */
+async function calibrateGold({ task, opts, worldSizes, add, say }: CheckContext): Promise<GoldRuns> {
   say(`${task.id}: calibrating gold (3 runs) at world size(s) ${worldSizes.join(", ")}`);
   const fingerprint = await hardwareFingerprint(task, opts.sandboxFactory);
   const taskHash = taskContentHash(task.taskDir);
@@ -331,10 +310,19 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   }
   if (!goldProbes.length) add("error", "gold", "gold ran no probe case");
 
-  // Two grades of the same bytes share one artifact folder (it is named by the patch's hash): run
-  // them one after the other (the second reuses the first's result), never at once.
+  return { cal, handle, fingerprint, taskHash, goldProbes, skippedProbes };
+}
+
+type Grade = (name: string, patchFile: string | null, outDir: string, extra?: { baseAsIs?: boolean; stopEarly?: boolean }) => ReturnType<typeof gradeSubmission>;
+
+/**
+ * One submission graded against gold. Two grades of the same bytes share one artifact folder (it is
+ * named by the patch's hash): they run one after the other (the second reuses the first's result),
+ * never at once.
+ */
+function serialGrader({ task, opts, worldSizes, say }: CheckContext, { cal, fingerprint, taskHash }: GoldRuns): Grade {
   const inFlight = new Map<string, Promise<unknown>>();
-  const grade = async (name: string, patchFile: string | null, outDir: string, extra: { baseAsIs?: boolean; stopEarly?: boolean } = {}) => {
+  const grade: Grade = async (name: string, patchFile: string | null, outDir: string, extra = {}) => {
     const key = `${outDir}\0${extra.baseAsIs ? "base" : patchFile === null ? "missing" : sha256(readFileSync(patchFile))}`;
     while (inFlight.has(key)) await inFlight.get(key)!.catch(() => {});
     const run = gradeOnce(name, patchFile, outDir, extra);
@@ -350,11 +338,13 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     return out;
   };
 
-  // ---- submissions ----------------------------------------------------------------------------
+  return grade;
+}
+
+/** The controls: base and empty must fail, hollow must fail, every adversarial patch must pass Set A and fail a probe of a promise it breaks, every alternative must pass. */
+async function gradeControls({ task, opts, scratch, add, say }: CheckContext, { cal }: GoldRuns, grade: Grade, hollow: GoldenAnalysis["hollow"]): Promise<SubmissionRow[]> {
   const emptyPatch = join(scratch, "empty.patch");
   writeFileSync(emptyPatch, "");
-  // Assigned inside the trees' callback: TypeScript does not see it, so the type is restated here.
-  const hollow = generatedHollow as { patch: string; stubbed: string[] } | null;
   const generatedHollowFile = join(scratch, "hollow.generated.patch");
   if (hollow) writeFileSync(generatedHollowFile, hollow.patch);
   type Planned = { kind: SubmissionRow["kind"]; name: string; patch: string | null; baseAsIs?: boolean; note?: string; breaks?: string[] };
@@ -384,11 +374,13 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     add("warning", "hollow", `the hand-written hollow scores ${hand.set_b.score?.toFixed(3)} in Set B, the generated one ${genHollow.set_b.score?.toFixed(3)}: the hand-written one may implement part of the change`);
   }
 
-  // ---- mutants --------------------------------------------------------------------------------
-  let mutants: CheckReport["mutants"] = null;
+  return submissions;
+}
+
+/** Every mutant of the golden patch not marked equivalent (or a seeded sample), graded until its first failing session; the score is killed / (killed + survived). */
+async function gradeMutants({ task, spec, opts, add, say }: CheckContext, { cal }: GoldRuns, grade: Grade, gen: NonNullable<GoldenAnalysis["mutants"]>): Promise<NonNullable<CheckReport["mutants"]>> {
   const threshold = opts.minMutationScore ?? DEFAULT_MIN_MUTATION_SCORE;
-  const gen = generated as { mutants: Mutant[]; skipped: MutantSkips } | null;
-  if (gen) {
+  {
     const all = gen.mutants;
     const equivalent = new Map(task.hidden.equivalentMutants.map((e) => [e.id, e.reason]));
     for (const id of equivalent.keys()) if (!all.some((m) => m.id === id)) add("warning", "mutants", `hidden/mutants.yaml: equivalent mutant "${id}" is not generated any more (stale: remove it)`);
@@ -400,7 +392,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     const deadline = opts.timeLimitSec ? Date.now() + opts.timeLimitSec * 1000 : Infinity;
     let reused = 0;
     const mutantsDir = join(opts.outDir, "mutants");
-    const graded = await pool(chosen, jobs, async (m, i): Promise<MutantRow> => {
+    const graded = await pool(chosen, opts.jobs ?? defaultJobs(task), async (m, i): Promise<MutantRow> => {
       const row = { id: m.id, file: m.file, line: m.line, operator: m.operator, description: m.description, diff: m.change };
       if (Date.now() > deadline) return { ...row, verdict: "not_run", detail: "time limit" };
       const file = join(patchesDir, `${m.id.replace(/[^A-Za-z0-9._-]+/g, "_")}.patch`);
@@ -434,7 +426,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     const killed = n("killed_official") + n("killed_probes");
     const denominator = killed + n("survived");
     const score = denominator ? killed / denominator : null;
-    mutants = {
+    const mutants = {
       generated: all.length,
       graded: denominator,
       skipped: { ...gen.skipped },
@@ -455,9 +447,13 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     if (n("error")) add("error", "mutants", `${n("error")} mutant(s) could not be graded: ${rows.filter((r) => r.verdict === "error").slice(0, 2).map((r) => `${r.id}: ${r.detail}`).join("; ")}`);
     const timeLimited = rows.filter((r) => r.verdict === "not_run" && r.detail === "time limit").length;
     if (timeLimited) add("warning", "mutants", `${timeLimited} mutant(s) not run: the time limit was reached (run again: graded mutants are reused)`);
+    return mutants;
   }
 
-  // ---- coverage -------------------------------------------------------------------------------
+}
+
+/** Per promise: its probes, and the adversarial patches and mutants only its probes caught. */
+function promiseCoverage({ add }: CheckContext, promises: ReturnType<typeof checkPromisesAndMarkers>["promises"], probesOf: (id: string) => string[], submissions: SubmissionRow[], mutants: CheckReport["mutants"]): CoverageRow[] {
   const coverage: CoverageRow[] = (promises ?? []).map((p) => ({
     id: p.id,
     text: p.text,
@@ -468,23 +464,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   }));
   for (const c of coverage) if (c.probes.length && !c.adversarial.length && !c.mutants.length && mutants) add("info", "promises", `promise "${c.id}": no adversarial patch or mutant is caught by its probes only (a regression guard, or a promise the mutants cannot reach)`);
 
-  const report: CheckReport = {
-    task: task.id,
-    task_dir: task.taskDir,
-    passed: !findings.some((f) => f.level === "error"),
-    started_at: new Date(started).toISOString(),
-    duration_s: (Date.now() - started) / 1000,
-    world_sizes: worldSizes,
-    findings,
-    coverage,
-    gold: { runs: cal.runs, cases: cal.cases.length, probes: goldProbes.length, flaky: cal.flaky, skipped_probes: skippedProbes, calibration_cached: handle.cached },
-    submissions,
-    mutants,
-    contract,
-    leaks,
-  };
-  writeJsonAtomic(join(opts.outDir, "report.json"), report);
-  return report;
+  return coverage;
 }
 
 export type { Mutant };

@@ -249,74 +249,27 @@ export class LocalSandbox implements Sandbox {
   }
 
   /** Builds the sandbox and proves bwrap works here (a harness fault is thrown now, not at first use). */
+  /**
+   * A sandbox over `hostRepoDir`: the request checked (workspace, GPUs, overlays), the host-side
+   * resources made (log folder, pids limiter, session temp, private helpers copy, the mount plan),
+   * then one `true` run through bwrap to prove it works here (and the hidden paths, on request).
+   */
   static async create(opts: LocalSandboxOptions): Promise<LocalSandbox> {
     const logger = opts.logger ?? silentLogger();
     const bwrapPath = findBwrap(opts.bwrapPath);
     const hardening = bwrapHardening(bwrapPath);
-
-    const repo = realpathOrNull(resolve(opts.hostRepoDir));
-    if (repo === null || !statSync(repo).isDirectory()) throw new Error(`local sandbox: hostRepoDir ${opts.hostRepoDir} is not an existing folder`);
-    const hidden = sandboxHiddenPaths(opts.hiddenPaths);
-
-    const wantGpu = opts.gpu ?? "auto";
-    const devices = wantGpu === false ? [] : nvidiaDevices();
-    if (wantGpu === true && devices.length === 0) throw new SandboxUnavailableError("local", "local sandbox: gpu: true but no /dev/nvidia* device exists on this host");
-
-    const overlays = opts.readOnlyOverlays ?? [];
-    for (const o of overlays) {
-      const bad = checkOverlayRel(o.rel);
-      if (bad) throw new Error(`local sandbox: read-only overlay ${o.host}: ${bad}`);
-    }
-    const nested = nestedOverlay(overlays);
-    if (nested) throw new Error(`local sandbox: ${nested}`);
-    const logDir = prepareLogDir(opts.logDir, repo, "local");
-    let pids: PidsLimiter;
-    try {
-      pids = new PidsLimiter(opts.pidsLimit);
-    } catch (e) {
-      releaseLogDir(logDir);
-      throw e;
-    }
-    if (pids.warning) logger.warn({ mechanism: pids.mechanism, limit: pids.limit }, pids.warning);
-    const sessionTmp = (opts.tmp ?? "session") === "session" ? privateTempDir("infradev-local-", 0o700) : null;
-    if (sessionTmp) mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
-    let mounts: { args: string[]; binds: Bind[]; overlayArgs: string[] };
-    let helpersCopy: string | null = null;
-    try {
-      // The overlays' mount points, made by the host one checked component at a time.
-      for (const o of overlays) mkdirInside(repo, o.rel);
-      const helpers = realpathSync(sandboxPythonDir());
-      const inHidden = hiddenForbidding(hidden, helpers, repo);
-      if (inHidden) throw new Error(`the python helpers ${helpers} lie inside hidden path ${inHidden}`);
-      helpersCopy = privateHelpersCopy(helpers);
-      mounts = planLocalMounts({
-        workspace: repo,
-        helpers: helpersCopy,
-        readOnlyMounts: opts.readOnlyMounts ?? [],
-        hidden,
-        devices,
-        sessionTmp,
-        logDir: logDir.hostDir,
-        overlays,
-      });
-    } catch (e) {
-      if (sessionTmp) rmSync(sessionTmp, { recursive: true, force: true });
-      if (helpersCopy) rmSync(helpersCopy, { recursive: true, force: true });
-      releaseLogDir(logDir);
-      await pids.close();
-      throw new Error(`local sandbox: ${(e as Error).message}`);
-    }
-
+    const req = checkRequest(opts);
+    const made = await makeHostResources(opts, req, logger);
     const sandbox = new LocalSandbox({
       bwrapPath,
-      hostRepoDir: repo,
+      hostRepoDir: req.repo,
       python: opts.python ?? "/usr/bin/python3",
-      staticArgs: ["--unshare-all", ...hardening, "--die-with-parent", "--new-session", ...mounts.args],
+      staticArgs: ["--unshare-all", ...hardening, "--die-with-parent", "--new-session", ...made.mounts.args],
       // The sandbox's own root (a tmpfs bwrap made) read-only too, after the masks have made their
       // mount points: nothing outside /workspace, /tmp and /dev/shm takes a write.
       finalArgs: ["--remount-ro", "/"],
-      binds: mounts.binds,
-      hidden,
+      binds: made.mounts.binds,
+      hidden: req.hidden,
       env: {
         PATH: SAFE_PATH,
         LANG: "C.UTF-8",
@@ -325,24 +278,30 @@ export class LocalSandbox implements Sandbox {
         INFRADEV_SANDBOX: "local",
         // The GPUs a campaign engine handed this process (campaign/engines/local.ts holds them per job):
         // forwarded so the tests use those and not every device bound here. Scheduling, not isolation.
-        ...(devices.length > 0 && process.env.CUDA_VISIBLE_DEVICES !== undefined ? { CUDA_VISIBLE_DEVICES: process.env.CUDA_VISIBLE_DEVICES } : {}),
+        ...(req.devices.length > 0 && process.env.CUDA_VISIBLE_DEVICES !== undefined ? { CUDA_VISIBLE_DEVICES: process.env.CUDA_VISIBLE_DEVICES } : {}),
         ...opts.env,
       },
-      logDir,
+      logDir: made.logDir,
       logHeadBytes: opts.logHeadBytes,
       logTailBytes: opts.logTailBytes,
-      helpersCopy: helpersCopy!,
-      overlays,
-      overlayArgs: mounts.overlayArgs,
-      overlayParents: overlayParents(overlays),
-      pids,
-      sessionTmp,
+      helpersCopy: made.helpersCopy,
+      overlays: req.overlays,
+      overlayArgs: made.mounts.overlayArgs,
+      overlayParents: overlayParents(req.overlays),
+      pids: made.pids,
+      sessionTmp: made.sessionTmp,
       maxOutputBytes: opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
       defaultTimeoutSec: opts.defaultTimeoutSec ?? DEFAULT_TIMEOUT_SEC,
       killGraceMs: opts.killGraceMs ?? DEFAULT_KILL_GRACE_MS,
       logger,
     });
+    await LocalSandbox.proveItWorks(sandbox, bwrapPath, opts.selfCheck === true);
+    logger.debug({ bwrap: bwrapPath, workspace: req.repo, hidden: req.hidden.length, pids: made.pids.mechanism, pidsLimit: made.pids.limit }, "local sandbox ready");
+    return sandbox;
+  }
 
+  /** One `true` through bwrap: a machine where bwrap cannot build this sandbox says so now, with a hint. */
+  private static async proveItWorks(sandbox: LocalSandbox, bwrapPath: string, selfCheck: boolean): Promise<void> {
     const probe = await sandbox.run(["true"], LOCAL_WORKSPACE, { timeoutSec: 30 }, false);
     if (probe.harnessError || probe.exitCode !== 0) {
       await sandbox.close();
@@ -354,15 +313,13 @@ export class LocalSandbox implements Sandbox {
           : INSTALL_HINT;
       throw new SandboxUnavailableError("local", `local sandbox: bwrap (${bwrapPath}) cannot build a sandbox on this machine: ${why}. ${hint}`);
     }
-    if (opts.selfCheck) {
+    if (selfCheck) {
       const check = await sandbox.checkHiddenPaths();
       if (!check.ok) {
         await sandbox.close();
         throw new Error(`local sandbox self-check failed, readable inside: ${check.leaks.join(", ")}`);
       }
     }
-    logger.debug({ bwrap: bwrapPath, workspace: repo, hidden: hidden.length, pids: pids.mechanism, pidsLimit: pids.limit }, "local sandbox ready");
-    return sandbox;
   }
 
   /**
@@ -633,6 +590,75 @@ export class LocalSandbox implements Sandbox {
     await this.cfg.pids.close();
   }
 }
+
+/** What a request asks for, checked before anything is made on the host. */
+interface CheckedRequest {
+  repo: string;
+  hidden: string[];
+  devices: string[];
+  overlays: ReadOnlyOverlay[];
+}
+
+function checkRequest(opts: LocalSandboxOptions): CheckedRequest {
+  const repo = realpathOrNull(resolve(opts.hostRepoDir));
+  if (repo === null || !statSync(repo).isDirectory()) throw new Error(`local sandbox: hostRepoDir ${opts.hostRepoDir} is not an existing folder`);
+  const hidden = sandboxHiddenPaths(opts.hiddenPaths);
+  const wantGpu = opts.gpu ?? "auto";
+  const devices = wantGpu === false ? [] : nvidiaDevices();
+  if (wantGpu === true && devices.length === 0) throw new SandboxUnavailableError("local", "local sandbox: gpu: true but no /dev/nvidia* device exists on this host");
+  const overlays = opts.readOnlyOverlays ?? [];
+  for (const o of overlays) {
+    const bad = checkOverlayRel(o.rel);
+    if (bad) throw new Error(`local sandbox: read-only overlay ${o.host}: ${bad}`);
+  }
+  const nested = nestedOverlay(overlays);
+  if (nested) throw new Error(`local sandbox: ${nested}`);
+  return { repo, hidden, devices, overlays };
+}
+
+/** The host side of one sandbox; on any failure, what was already made is removed again. */
+async function makeHostResources(opts: LocalSandboxOptions, req: CheckedRequest, logger: Logger) {
+  const { repo, hidden, devices, overlays } = req;
+  const logDir = prepareLogDir(opts.logDir, repo, "local");
+  let pids: PidsLimiter;
+  try {
+    pids = new PidsLimiter(opts.pidsLimit);
+  } catch (e) {
+    releaseLogDir(logDir);
+    throw e;
+  }
+  if (pids.warning) logger.warn({ mechanism: pids.mechanism, limit: pids.limit }, pids.warning);
+  const sessionTmp = (opts.tmp ?? "session") === "session" ? privateTempDir("infradev-local-", 0o700) : null;
+  if (sessionTmp) mkdirSync(join(sessionTmp, "home"), { mode: 0o700 });
+  let mounts: { args: string[]; binds: Bind[]; overlayArgs: string[] };
+  let helpersCopy: string | null = null;
+  try {
+    // The overlays' mount points, made by the host one checked component at a time.
+    for (const o of overlays) mkdirInside(repo, o.rel);
+    const helpers = realpathSync(sandboxPythonDir());
+    const inHidden = hiddenForbidding(hidden, helpers, repo);
+    if (inHidden) throw new Error(`the python helpers ${helpers} lie inside hidden path ${inHidden}`);
+    helpersCopy = privateHelpersCopy(helpers);
+    mounts = planLocalMounts({
+      workspace: repo,
+      helpers: helpersCopy,
+      readOnlyMounts: opts.readOnlyMounts ?? [],
+      hidden,
+      devices,
+      sessionTmp,
+      logDir: logDir.hostDir,
+      overlays,
+    });
+  } catch (e) {
+    if (sessionTmp) rmSync(sessionTmp, { recursive: true, force: true });
+    if (helpersCopy) rmSync(helpersCopy, { recursive: true, force: true });
+    releaseLogDir(logDir);
+    await pids.close();
+    throw new Error(`local sandbox: ${(e as Error).message}`);
+  }
+  return { logDir, pids, sessionTmp, mounts, helpersCopy: helpersCopy! };
+}
+
 
 /** Creates a `local` (bubblewrap) sandbox; throws SandboxUnavailableError when bwrap cannot work here. */
 export function createLocalSandbox(opts: LocalSandboxOptions): Promise<LocalSandbox> {
