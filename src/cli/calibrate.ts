@@ -1,7 +1,7 @@
 import { resolve } from "node:path";
 import type { Command } from "commander";
 import { bundledTasksDir } from "../lib/paths.js";
-import { RANKS_HELP, addGraderOptions, checkGraderRun, graderSandboxFactoryFromFlags, parseRanks, progressToStderr, type GraderCliOptions } from "./grade.js";
+import { RANKS_HELP, addGraderOptions, checkGraderRun, graderSandboxFactoryFromFlags, parseRanks, progressOnStderr, type GraderCliOptions } from "./grade.js";
 
 /** Gold's runs per calibration (grader/calibrate.ts CALIBRATION_RUNS; said here so `--help` loads no grader). */
 const RUNS = 3;
@@ -23,14 +23,15 @@ export function registerCalibrateCommands(program: Command): void {
     if (CALIBRATION_RUNS !== RUNS) throw new Error(`cli/calibrate.ts says ${RUNS} runs, the grader ${CALIBRATION_RUNS}`);
     const task = loadGraderTask(opts.task, opts.tasksDir);
     checkGraderRun("calibrate", task, opts);
+    const progress = progressOnStderr(`calibrate ${task.id}`);
     const handle = await calibrate({
       task,
       cacheDir: resolve(opts.calibrationDir),
       sandboxFactory: graderSandboxFactoryFromFlags(opts, [opts.tasksDir ?? bundledTasksDir(), opts.calibrationDir]),
       force: opts.force,
       ...(opts.ranks !== undefined ? { worldSizes: [opts.ranks] } : {}),
-      onProgress: progressToStderr(""),
-    });
+      onProgress: progress.progress,
+    }).finally(() => progress.done());
     const cal = handle.calibration;
     if (opts.json) {
       process.stdout.write(`${JSON.stringify({ file: handle.file, cached: handle.cached, ...cal }, null, 2)}\n`);

@@ -13,6 +13,7 @@ import type { GraderTask } from "../task/hidden/grader-task.js";
 import { SKIP_RUNNABLE_FLAG, requireRunnableHere, taskPython } from "../task/public/runnable.js";
 import { addDockerOptions, dockerOptionsFromFlags, type DockerFlags } from "./sandbox-options.js";
 import { graderSandboxFactory } from "../grader/grade/sandbox-factory.js";
+import { ProgressLine } from "./progress-line.js";
 
 // The grader, the sandboxes (dockerode) and the task loader are imported inside the action
 // handlers: `infradev --help` or `tasks list` does not load them.
@@ -69,8 +70,9 @@ export function graderSandboxFactoryFromFlags(opts: GraderCliOptions, hiddenPath
   return graderSandboxFactory(opts.sandbox, hiddenPaths, dockerOptionsFromFlags(opts), { python: opts.python });
 }
 
-export function progressToStderr(prefix: string): (msg: string) => void {
-  return (msg) => process.stderr.write(`${prefix}${msg}\n`);
+/** Progress on stderr: a live status line on a terminal, plain lines in a log (progress-line.ts); `done()` before printing output. */
+export function progressOnStderr(label: string): ProgressLine {
+  return new ProgressLine(process.stderr, { label });
 }
 
 function yesNo(b: boolean | null): string {
@@ -161,6 +163,7 @@ export function registerGradeCommands(program: Command): void {
       throw new UsageError(`grade: --patch ${opts.patch}: ${existsSync(patchFile) ? "not a regular file" : "no such file"} (${patchFile}); omit --patch, or add --allow-missing-patch, to score a submission that produced nothing as missing_patch`);
     }
     checkGraderRun("grade", task, opts);
+    const progress = progressOnStderr(`grade ${task.id}`);
     const out = await gradeSubmission({
       task,
       patchFile,
@@ -169,8 +172,8 @@ export function registerGradeCommands(program: Command): void {
       sandboxFactory: graderSandboxFactoryFromFlags(opts, [opts.tasksDir ?? bundledTasksDir(), opts.out, opts.calibrationDir]),
       force: opts.force,
       ...(opts.ranks !== undefined ? { worldSizes: [opts.ranks] } : {}),
-      onProgress: progressToStderr(`[grade ${task.id}] `),
-    });
+      onProgress: progress.progress,
+    }).finally(() => progress.done());
     const resultPath = resolve(out.artifactDir, "result.json");
     if (opts.junit) (await import("../grader/grade/junit-report.js")).writeJunitReport(resolve(opts.junit), out.result, out.artifactDir);
     process.stdout.write(opts.json ? `${JSON.stringify(out.result, null, 2)}\n` : `${formatResult(out.result, resultPath, readJsonFile<RevertSummary>(resolve(out.artifactDir, "meta.json")) ?? {})}\n`);

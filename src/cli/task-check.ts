@@ -4,7 +4,7 @@ import type { Command } from "commander";
 import { UsageError } from "../lib/errors.js";
 import { bundledTasksDir } from "../lib/paths.js";
 import { defaultResultsDir } from "../grader/grade/results-dir.js";
-import { addGraderOptions, checkGraderRun, graderSandboxFactoryFromFlags, progressToStderr, type GraderCliOptions } from "./grade.js";
+import { addGraderOptions, checkGraderRun, graderSandboxFactoryFromFlags, progressOnStderr, type GraderCliOptions } from "./grade.js";
 
 // The grader and the analysis helpers are imported inside the actions: `tasks list` stays light.
 
@@ -70,6 +70,7 @@ export function registerTaskCheckCommands(tasks: Command): void {
     const out = resolve(opts.out ?? join(defaultResultsDir(), "check", task.id));
     // commander: --no-mutants sets mutants=false; --mutants N sets a number.
     const runMutants = opts.mutants !== false;
+    const progress = progressOnStderr(`check ${task.id}`);
     const report = await checkTask({
       task,
       outDir: out,
@@ -82,8 +83,8 @@ export function registerTaskCheckCommands(tasks: Command): void {
       timeLimitSec: opts.timeLimit ? opts.timeLimit * 60 : undefined,
       jobs: opts.jobs,
       minMutationScore: opts.minMutationScore,
-      onProgress: progressToStderr(`[check ${task.id}] `),
-    });
+      onProgress: progress.progress,
+    }).finally(() => progress.done());
     if (opts.html) writeFileSync(resolve(opts.html), checkHtml(report));
     process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : `${checkText(report)}\nreport: ${join(out, "report.json")}${opts.html ? `, ${resolve(opts.html)}` : ""}\n`);
     if (!report.passed) process.exitCode = 1;

@@ -1,5 +1,5 @@
 import type { CheckReport, Finding, MutantRow, SubmissionRow } from "./types.js";
-import { wrapText } from "./demo-matrix.js";
+import { wrapText } from "./demo-table.js";
 import { formatTable } from "../../lib/text-table.js";
 
 /** `task check`'s report as text (the terminal) and as one self-contained HTML page. */

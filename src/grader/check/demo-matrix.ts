@@ -2,23 +2,41 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { UsageError } from "../../lib/errors.js";
 import { bundledTasksDir } from "../../lib/paths.js";
+import { prefixed, type Progress } from "../../lib/progress.js";
 import { listTaskIds } from "../../task/public/loader.js";
 import { loadGraderTask, type GraderTask } from "../../task/hidden/grader-task.js";
 import { requireRunnableHere, taskPython, taskRunnableHere } from "../../task/public/runnable.js";
-import { calibrate } from "../grade/calibrate.js";
+import { CALIBRATION_RUNS, calibrate } from "../grade/calibrate.js";
 import { taskContentHash } from "../../lib/files.js";
 import { hardwareFingerprint } from "../workspace/fingerprint.js";
 import { gradeSubmission } from "../grade/grade.js";
 import type { SandboxFactory } from "../grade/pipeline.js";
-import { reasonOnce } from "../grade/score.js";
+import { gradedWorldSizes } from "../grade/sessions.js";
 import { acceptanceProblems, failingCases } from "./acceptance-rules.js";
-import type { Calibration, FailureLabel, GradeResult } from "../grade/types.js";
+import type { Calibration, GradeResult } from "../grade/types.js";
 
 /**
- * `demo`: for every bundled task this machine can run, grade the golden patch, every adversarial
- * patch, the hollow patch, the pre-PR base as it is and an empty patch — one calibration per task,
- * shared by all of them. It is also the task author's acceptance check (`--tasks-dir`, `--task`).
+ * `demo`: the project's point in one command — patches that pass every official test and are still
+ * wrong, and the probe that says why. Two scopes:
+ *
+ * - quick (the default, the README's first command): one task (QUICK_DEMO_TASK unless --task), at
+ *   one world size (the task's `ranks`), grading the golden patch, the first QUICK_ADVERSARIAL
+ *   adversarial patches, the hollow patch, the pre-PR base as it is and an empty patch. Minutes on
+ *   a 2-core machine, calibration included.
+ * - full (`--full`): every task this machine can run, at every world size it is graded at, with
+ *   every adversarial patch; tasks it cannot run are listed as such.
+ *
+ * Either way one calibration per task (gold run CALIBRATION_RUNS times at the same world sizes),
+ * shared by all its submissions, and the same acceptance rules as `task check`; it is also the task
+ * author's acceptance check (`--tasks-dir`, `--task`, `--full`).
  */
+
+/** The bundled task the quick demo grades when no --task is given (its suites are the quickest of the CPU tasks). */
+export const QUICK_DEMO_TASK = "weight-sync-delta";
+/** How many adversarial patches the quick demo grades per task: the first ones of hidden/adversarial/index.yaml. */
+export const QUICK_ADVERSARIAL = 2;
+
+export type DemoScope = "quick" | "full";
 
 export type SubmissionKind = "golden" | "adversarial" | "hollow" | "base" | "empty";
 
@@ -49,6 +67,12 @@ export interface DemoRow extends DemoSubmission {
 export interface DemoReport {
   rows: DemoRow[];
   notRunnable: Array<{ task: string; reason: string }>;
+  /** What was graded: per task, the world sizes and how many of its adversarial patches. */
+  plans?: Array<{ task: string; world_sizes: number[]; adversarial: number; adversarial_of: number }>;
+  /** Launcher sessions this run planned (plannedSessions), and the full matrix's of the tasks runnable here. */
+  sessions?: { planned: number; full: number };
+  /** Nothing was taken from a cache (no calibration, no result): the wall time is a fresh run's. */
+  fresh?: boolean;
 }
 
 export function demoSubmissions(task: GraderTask, emptyPatch: string): DemoSubmission[] {
@@ -70,7 +94,7 @@ export interface RunDemoOptions {
   /** Test hook: whether the machine has a GPU (default: /dev/nvidia*). */
   hasGpu?: boolean;
   /**
-   * Only these task ids (default: every task of tasksRoot); an unknown id is an error, and so is one
+   * Only these task ids (default: defaultDemoTasks); an unknown id is an error, and so is one
    * this machine cannot run (NotRunnableError) unless skipRunnableCheck. Without taskIds, a task
    * that cannot run here is listed as such and skipped.
    */
@@ -82,58 +106,99 @@ export interface RunDemoOptions {
   sandbox?: string;
   /** Checks of the caller's (the CLI's: docker needs an image), run on every task before anything runs. */
   checkTask?: (task: GraderTask) => void;
-  onProgress?: (msg: string) => void;
+  /** quick (default for the CLI) or full (the default here: the acceptance check's whole matrix). */
+  scope?: DemoScope;
+  /** Told what will be graded, once every check has passed and before anything runs. */
+  onPlan?: (plans: readonly DemoPlan[]) => void;
+  onProgress?: Progress;
 }
 
 function promisesOf(cal: Calibration): Record<string, string> {
   return Object.fromEntries(cal.cases.filter((c) => c.probe).map((c) => [c.id, c.probe!.promise]));
 }
 
+/** What the demo grades of one task: at which world sizes, which submissions. */
+export interface DemoPlan {
+  task: GraderTask;
+  worldSizes: number[];
+  submissions: DemoSubmission[];
+}
+
+/** One task's plan in a scope (pure): quick keeps golden, the first QUICK_ADVERSARIAL adversarial patches, hollow, base and empty, at the task's `ranks`. */
+export function demoPlan(task: GraderTask, scope: DemoScope, emptyPatch: string): DemoPlan {
+  const all = demoSubmissions(task, emptyPatch);
+  if (scope === "full") return { task, worldSizes: gradedWorldSizes(task.fullSpec), submissions: all };
+  const adversarial = all.filter((s) => s.kind === "adversarial").slice(0, QUICK_ADVERSARIAL);
+  return { task, worldSizes: [task.fullSpec.ranks], submissions: all.filter((s) => s.kind !== "adversarial" || adversarial.includes(s)) };
+}
+
+/**
+ * Launcher sessions a run of these plans starts with nothing cached (pure): gold's calibration
+ * runs and every submission that runs suites (an empty patch runs none), each at every world size
+ * and mode, an official and a probe session each.
+ */
+export function plannedSessions(plans: readonly DemoPlan[]): number {
+  return plans.reduce((sum, p) => {
+    const running = p.submissions.filter((s) => s.kind !== "empty").length;
+    const perRun = p.worldSizes.length * Object.keys(p.task.fullSpec.modes).length * 2;
+    return sum + (CALIBRATION_RUNS + running) * perRun;
+  }, 0);
+}
+
+/** The tasks a scope grades without --task (pure): full, every one; quick, QUICK_DEMO_TASK when it is runnable here, else the first that is. */
+export function defaultDemoTasks(known: readonly string[], runnable: (id: string) => boolean, scope: DemoScope): string[] {
+  if (scope === "full") return [...known];
+  const first = known.includes(QUICK_DEMO_TASK) && runnable(QUICK_DEMO_TASK) ? QUICK_DEMO_TASK : known.find(runnable);
+  return first ? [first] : [];
+}
+
 export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
   const tasksRoot = opts.tasksRoot ?? bundledTasksDir();
-  const say = (msg: string) => opts.onProgress?.(msg);
+  const scope = opts.scope ?? "full";
+  const say: Progress = (msg, kind) => opts.onProgress?.(msg, kind);
   const rows: DemoRow[] = [];
   const notRunnable: DemoReport["notRunnable"] = [];
   const known = listTaskIds(tasksRoot);
   const unknown = (opts.taskIds ?? []).filter((t) => !known.includes(t));
   if (unknown.length) throw new UsageError(`demo: unknown task ${unknown.map((t) => JSON.stringify(t)).join(", ")} in ${tasksRoot} (known: ${known.join(", ")})`);
+  const probe = (task: GraderTask) => ({ ...(opts.hasGpu === undefined ? {} : { hasGpu: opts.hasGpu }), python: taskPython(task.spec, opts.python).python, sandbox: opts.sandbox });
+  const loaded = new Map<string, GraderTask>();
+  const load = (id: string) => loaded.get(id) ?? loaded.set(id, loadGraderTask(id, tasksRoot)).get(id)!;
+  const ids = opts.taskIds ?? defaultDemoTasks(known, (id) => opts.skipRunnableCheck === true || taskRunnableHere(load(id).spec, probe(load(id))).runnable, scope);
+  mkdirSync(opts.outDir, { recursive: true });
+  const emptyPatch = join(opts.outDir, "empty.patch");
+  writeFileSync(emptyPatch, "");
   // Every check before anything is calibrated or graded.
-  const selected: GraderTask[] = [];
-  for (const id of opts.taskIds ?? known) {
-    const task = loadGraderTask(id, tasksRoot);
-    const probe = { ...(opts.hasGpu === undefined ? {} : { hasGpu: opts.hasGpu }), python: taskPython(task.spec, opts.python).python, sandbox: opts.sandbox };
-    const runnable = taskRunnableHere(task.spec, probe);
+  const plans: DemoPlan[] = [];
+  for (const id of ids) {
+    const task = load(id);
+    const runnable = taskRunnableHere(task.spec, probe(task));
     if (!runnable.runnable && !opts.skipRunnableCheck && !opts.taskIds) {
       notRunnable.push({ task: id, reason: runnable.reason ?? "not runnable here" });
       say(`${id}: not runnable here: ${runnable.reason}`);
       continue;
     }
     // Asked for by name: refused (exit 2), or run anyway with a loud warning.
-    requireRunnableHere(task, { ...probe, command: "demo", skipCheck: opts.skipRunnableCheck });
+    requireRunnableHere(task, { ...probe(task), command: "demo", skipCheck: opts.skipRunnableCheck });
     opts.checkTask?.(task);
-    selected.push(task);
+    plans.push(demoPlan(task, scope, emptyPatch));
   }
-  mkdirSync(opts.outDir, { recursive: true });
-  const emptyPatch = join(opts.outDir, "empty.patch");
-  writeFileSync(emptyPatch, "");
-  for (const task of selected) {
+  opts.onPlan?.(plans);
+  const full = scope === "full" ? plans : fullPlans(known, load, (t) => opts.skipRunnableCheck === true || taskRunnableHere(t.spec, probe(t)).runnable, emptyPatch);
+  let fresh = true;
+  let started = 0;
+  const total = plans.reduce((n, p) => n + p.submissions.length, 0);
+  for (const { task, worldSizes, submissions } of plans) {
     const id = task.id;
     // Per task: the sandbox (image, interpreter, environment) may differ between tasks.
     const fingerprint = await hardwareFingerprint(task, opts.sandboxFactory);
     const taskHash = taskContentHash(task.taskDir);
-    const handle = await calibrate({
-      task,
-      cacheDir: opts.calibrationDir,
-      sandboxFactory: opts.sandboxFactory,
-      fingerprint,
-      taskHash,
-     
-      onProgress: say,
-    });
-    say(`${id}: gold calibration ${handle.cached ? "cached" : "done"}: ${handle.calibration.cases.length} cases, ${handle.calibration.flaky.length} flaky (${handle.file})`);
-    const subs = demoSubmissions(task, emptyPatch);
-    for (const [i, sub] of subs.entries()) {
-      const tag = `[${id} ${i + 1}/${subs.length}] ${sub.name}`;
+    const handle = await calibrate({ task, cacheDir: opts.calibrationDir, sandboxFactory: opts.sandboxFactory, fingerprint, taskHash, worldSizes, onProgress: say });
+    if (handle.cached) fresh = false;
+    say(`${id}: gold calibration ${handle.cached ? "cached" : "done"} at world size(s) ${worldSizes.join(", ")}: ${handle.calibration.cases.length} cases, ${handle.calibration.flaky.length} flaky (${handle.file})`, "result");
+    for (const sub of submissions) {
+      const tag = `[${++started}/${total}] ${id}:${sub.name}`;
+      const t0 = Date.now();
       const out = await gradeSubmission({
         task,
         patchFile: sub.patchFile,
@@ -143,123 +208,31 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
         calibration: handle.calibration,
         fingerprint,
         taskHash,
-       
-        onProgress: (m) => say(`${tag}: ${m}`),
+        worldSizes,
+        onProgress: prefixed(say, `${tag}: `),
       });
-      say(`${tag}: ${out.result.status}, Set A ${yesNo(out.result.official.resolved)}, Set B ${yesNo(out.result.with_probes.resolved)}`);
+      if (out.reused) fresh = false;
+      const took = out.reused ? "reused" : `${((Date.now() - t0) / 1000).toFixed(0)} s`;
+      say(`${tag}: ${out.result.status}, Set A ${yesNo(out.result.official.resolved)}, Set B ${yesNo(out.result.with_probes.resolved)} (${took})`, "result");
       rows.push({ ...sub, result: out.result, promises: promisesOf(handle.calibration) });
     }
   }
-  return { rows, notRunnable };
+  return {
+    rows,
+    notRunnable,
+    plans: plans.map((p) => ({ task: p.task.id, world_sizes: p.worldSizes, adversarial: p.submissions.filter((s) => s.kind === "adversarial").length, adversarial_of: p.task.hidden.adversarial.length })),
+    sessions: { planned: plannedSessions(plans), full: plannedSessions(full) },
+    fresh,
+  };
+}
+
+/** The full matrix's plans over every task of the folder this machine can run. */
+function fullPlans(known: readonly string[], load: (id: string) => GraderTask, runnable: (t: GraderTask) => boolean, emptyPatch: string): DemoPlan[] {
+  return known.map(load).filter(runnable).map((t) => demoPlan(t, "full", emptyPatch));
 }
 
 function yesNo(b: boolean | null): string {
   return b === null ? "n/a" : b ? "yes" : "no";
-}
-
-/** Labels of one result, counted, most frequent first: `numerical×3, state×1`. */
-export function labelSummary(result: GradeResult): string {
-  const counts = new Map<FailureLabel, number>();
-  for (const c of result.cases) if (c.label) counts.set(c.label, (counts.get(c.label) ?? 0) + 1);
-  return [...counts.entries()]
-    .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
-    .map(([label, n]) => `${label}×${n}`)
-    .join(", ");
-}
-
-/** Per promise an adversarial patch declares to break: the labels of the failing probes of that promise. */
-export function caughtBy(row: Pick<DemoRow, "breaks" | "result" | "promises">): Array<{ promise: string; labels: FailureLabel[] }> {
-  return (row.breaks ?? []).map((promise) => ({
-    promise,
-    labels: [...new Set(row.result.cases.filter((c) => c.label && c.suite === "probe" && row.promises[c.id] === promise).map((c) => c.label!))].sort(),
-  }));
-}
-
-function resolvedCell(s: { resolved: boolean | null; resolved_strict: boolean | null }): string {
-  if (s.resolved === null) return "n/a";
-  return s.resolved === s.resolved_strict ? yesNo(s.resolved) : `${yesNo(s.resolved)} (strict ${yesNo(s.resolved_strict)})`;
-}
-
-function pct(x: number | null): string {
-  return x === null ? "n/a" : x.toFixed(3);
-}
-
-export const DEMO_HEADER = ["submission", "Set A resolved", "Set B resolved", "s_p A", "s_p B", "failure labels (cases gold passes)", "declared promise → caught by"];
-
-/** The demo table's rows (pure; the CLI aligns them). */
-export function demoTableRows(report: DemoReport): string[][] {
-  const rows = report.rows.map((r) => {
-    const res = r.result;
-    const labels =
-      res.status === "graded"
-        ? labelSummary(res) || "—"
-        : res.status === "tampered"
-          ? `— (TAMPERED: ${(res.tamper_evidence ?? []).slice(0, 2).join("; ")}${(res.tamper_evidence ?? []).length > 2 ? "; …" : ""})`
-          : `— (${res.status}${res.reason ? `: ${reasonOnce(res)}` : ""})`;
-    const caught = caughtBy(r)
-      .map((c) => `${c.promise} → ${c.labels.length ? c.labels.join(", ") : "NOT caught"}`)
-      .join("; ");
-    return [`${r.task}:${r.name}`, resolvedCell(res.official), resolvedCell(res.with_probes), pct(res.official.score), pct(res.with_probes.score), labels, caught];
-  });
-  for (const n of report.notRunnable) rows.push([`${n.task} (every submission)`, "—", "—", "—", "—", `not run here: ${n.reason}`, ""]);
-  return rows;
-}
-
-/** The demo table's width: every line of demoTable fits it. */
-export const DEMO_WIDTH = 100;
-
-export const DEMO_LEGEND =
-  "Set A = official post-PR tests; Set B = official tests + hidden probes. resolved = paper rule (passed ≥ gold's); " +
-  "(strict …) shown where the strict rule differs. labels: failure labels of the cases gold passes and this submission " +
-  "does not (or why nothing was scored); caught: per promise an adversarial patch declares to break, the labels of its failing probes.";
-
-/** `text` cut at spaces into lines of at most `width` (a word longer than that is cut), each after `indent`. */
-export function wrapText(text: string, width: number, indent: string): string[] {
-  const room = Math.max(10, width - indent.length);
-  const out: string[] = [];
-  let line = "";
-  for (const word of text.split(/ +/)) {
-    let w = word;
-    while (w.length > room) {
-      if (line) out.push(line);
-      line = "";
-      out.push(w.slice(0, room));
-      w = w.slice(room);
-    }
-    if (!line) {
-      line = w;
-    } else if (line.length + 1 + w.length <= room) {
-      line += ` ${w}`;
-    } else {
-      out.push(line);
-      line = w;
-    }
-  }
-  if (line) out.push(line);
-  return out.map((l) => `${indent}${l}`);
-}
-
-/**
- * The demo table in DEMO_WIDTH columns: one row per submission with its Set A / Set B verdicts and
- * scores, then its failure labels and the promises it was caught by on indented lines below (wrapped,
- * nothing cut). A submission name too long for its column stands alone on its line, the figures below.
- */
-export function demoTable(report: DemoReport, width = DEMO_WIDTH): string {
-  const header = ["submission", "Set A", "Set B", "s_p A", "s_p B"];
-  const rows = demoTableRows(report);
-  const widths = [1, 2, 3, 4].map((i) => Math.max(header[i]!.length, ...rows.map((r) => r[i]!.length)));
-  const rest = widths.reduce((a, b) => a + b + 2, 0);
-  const nameWidth = Math.max(header[0]!.length, Math.min(width - rest, Math.max(...rows.map((r) => r[0]!.length), 0)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(i === 0 ? nameWidth : widths[i - 1]!)).join("  ").trimEnd();
-  const out = [line(header), line([nameWidth, ...widths].map((w) => "-".repeat(w)))];
-  for (const r of rows) {
-    const [name, ...figures] = r.slice(0, 5) as [string, ...string[]];
-    if (name.length > nameWidth) out.push(...wrapText(name, width, ""), line(["", ...figures]));
-    else out.push(line([name, ...figures]));
-    if (r[5] && r[5] !== "—") out.push(...wrapText(r[5].startsWith("not run here") ? r[5] : `labels: ${r[5]}`, width, "    "));
-    if (r[6]) out.push(...wrapText(`caught: ${r[6]}`, width, "    "));
-  }
-  return out.join("\n");
 }
 
 /**

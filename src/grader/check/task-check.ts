@@ -15,6 +15,7 @@ import { acceptanceProblems, failingCases, type FailingCases } from "./acceptanc
 import { scanProbeMarkers, type MarkerScan } from "./probe-markers.js";
 import { collectiveTimeouts, interfaceContract, promptLeaks, withTaskTrees, type AnalysisOptions } from "./task-analysis.js";
 import type { Calibration, GradeResult } from "../grade/types.js";
+import { prefixed, type Progress } from "../../lib/progress.js";
 import { DEFAULT_MIN_MUTATION_SCORE, type CheckOptions, type CheckReport, type CoverageRow, type Finding, type FindingLevel, type MutantRow, type MutantVerdict, type SubmissionRow } from "./types.js";
 
 export type { CheckOptions, CheckReport, CoverageRow, Finding, FindingLevel, MutantRow, MutantVerdict, SubmissionRow };
@@ -142,7 +143,7 @@ interface CheckContext {
   worldSizes: number[];
   scratch: string;
   add: (level: FindingLevel, area: string, message: string) => void;
-  say: (m: string) => void;
+  say: Progress;
 }
 
 /**
@@ -165,7 +166,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     worldSizes: opts.worldSizes ? [...opts.worldSizes].sort((a, b) => a - b) : gradedWorldSizes(spec),
     scratch,
     add: (level, area, message) => findings.push({ level, area, message }),
-    say: (m) => opts.onProgress?.(m),
+    say: (m, kind) => opts.onProgress?.(m, kind),
   };
   const { promises, probesOf } = checkPromisesAndMarkers(ctx);
   checkAuthorTraps(ctx);
@@ -334,7 +335,7 @@ function serialGrader({ task, opts, worldSizes, say }: CheckContext, { cal, fing
     }
   };
   const gradeOnce = async (name: string, patchFile: string | null, outDir: string, extra: { baseAsIs?: boolean; stopEarly?: boolean }) => {
-    const out = await gradeSubmission({ task, patchFile, outDir, sandboxFactory: opts.sandboxFactory, calibration: cal, fingerprint, taskHash, worldSizes, onProgress: (m) => say(`${name}: ${m}`), ...extra });
+    const out = await gradeSubmission({ task, patchFile, outDir, sandboxFactory: opts.sandboxFactory, calibration: cal, fingerprint, taskHash, worldSizes, onProgress: prefixed(say, `${name}: `), ...extra });
     return out;
   };
 

@@ -2,6 +2,7 @@
 import type { GraderTask } from "../../task/hidden/grader-task.js";
 import type { GradeResult } from "../grade/types.js";
 import type { SandboxFactory } from "../grade/pipeline.js";
+import type { Progress } from "../../lib/progress.js";
 
 export type FindingLevel = "error" | "warning" | "info";
 
@@ -101,7 +102,7 @@ export interface CheckOptions {
   /** Grades at once (default: the machine's cores halved, at least 1; a GPU task: 1). */
   jobs?: number;
   minMutationScore?: number;
-  onProgress?: (msg: string) => void;
+  onProgress?: Progress;
   /** Test hook / later phases: the world sizes the grader runs (default: the task's). */
   worldSizes?: number[];
 }

@@ -8,6 +8,7 @@ import { flakyIds } from "./score.js";
 import { gradedWorldSizes, worldSizesTag } from "./sessions.js";
 import type { Calibration, CaseRecord, GoldCase, HardwareFingerprint } from "./types.js";
 import { defaultCalibrationDir } from "../../lib/paths.js";
+import { prefixed, type Progress } from "../../lib/progress.js";
 
 /**
  * Gold's calibration: the golden patch run `runs` times (3) on this machine, cached by task content
@@ -55,7 +56,7 @@ export interface CalibrateOptions {
   runs?: number;
   /** Ignore a cached calibration and its runs' session files: gold runs again from scratch. */
   force?: boolean;
-  onProgress?: (msg: string) => void;
+  onProgress?: Progress;
   signal?: AbortSignal;
 }
 
@@ -113,7 +114,7 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
   const started = Date.now();
   const perRun: CaseRecord[][] = [];
   for (let i = 1; i <= runs; i++) {
-    const progress = (msg: string) => opts.onProgress?.(`calibrate ${task.id}: gold run ${i}/${runs}: ${msg}`);
+    const progress = prefixed(opts.onProgress, `calibrate ${task.id}: gold run ${i}/${runs}: `);
     const out = await runSubmission({
       task,
       runKey: `${taskHash}:${fingerprintHash(fingerprint)}:gold${i}`,

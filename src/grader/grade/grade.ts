@@ -10,6 +10,7 @@ import { goldView, scoreSubmission, type GoldView, type SubmissionOutcome } from
 import { gradedWorldSizes, worldSizesTag, type SessionPlan } from "./sessions.js";
 import type { ConfigRevert, PytestPin } from "../workspace/harness-files.js";
 import type { Calibration, GradeResult, HardwareFingerprint, PartialRun, SessionResult } from "./types.js";
+import type { Progress } from "../../lib/progress.js";
 import { scanPatchForTampering, type TamperFinding } from "./tamper-scan.js";
 
 /**
@@ -54,7 +55,7 @@ export interface GradeOptions {
    * calibration run did not pass (shouldStopEarly); the result then carries `partial`.
    */
   stopEarly?: boolean;
-  onProgress?: (msg: string) => void;
+  onProgress?: Progress;
   signal?: AbortSignal;
 }
 
@@ -134,7 +135,7 @@ export function isEmptyPatch(bytes: Uint8Array): boolean {
 export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome> {
   const { task } = opts;
   const started = Date.now();
-  const say = (msg: string) => opts.onProgress?.(msg);
+  const say: Progress = (msg, kind) => opts.onProgress?.(msg, kind);
   const bytes = !opts.baseAsIs && opts.patchFile !== null && existsSync(opts.patchFile) && statSync(opts.patchFile).isFile() ? readFileSync(opts.patchFile) : null;
   const hash = opts.baseAsIs ? BASE_AS_IS : submissionHash(bytes, opts.patchFile);
   const worldSizes = opts.worldSizes ? [...opts.worldSizes].sort((a, b) => a - b) : gradedWorldSizes(task.fullSpec);
@@ -222,7 +223,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
         if (run.lostRecords.length) {
           // Lost records are the submission's, unless the same harness loses them on the base too.
           const lostSession = run.sessions.find((x) => x.lost_records)!;
-          const ctl = await runControl({ task, sandboxFactory: opts.sandboxFactory, mode: lostSession.mode, ranks: lostSession.ranks, artifactDir: join(artifactDir, "control"), onProgress: (m) => say(m), signal: opts.signal });
+          const ctl = await runControl({ task, sandboxFactory: opts.sandboxFactory, mode: lostSession.mode, ranks: lostSession.ranks, artifactDir: join(artifactDir, "control"), onProgress: say, signal: opts.signal });
           control = ctl.ok ? "the control run (canaries only, fresh base workspace) kept its records" : ctl.why;
           outcome = ctl.ok
             ? { ...graded, lost_prefixes: run.lostPrefixes, reason: `records lost: ${run.lostRecords.join("; ")} (the control run on the base kept its records: the submission's doing; those cases count failed)` }

@@ -10,6 +10,7 @@ import { GradingInterrupted, planSessions, runSessions, type SessionPlan } from 
 import type { ConfigRevert, PytestPin } from "../workspace/harness-files.js";
 import type { ApplyMethod, CaseRecord, CollectionError, PartialRun, SessionResult } from "./types.js";
 import { captureWorkspaceState, restoreWorkspaceState } from "../workspace/fresh-state.js";
+import type { Progress } from "../../lib/progress.js";
 import { freshWorkspace, installGradingTests, pytestPinFor, removeWorkspace, revertTestConfig } from "../workspace/workspace.js";
 
 /**
@@ -38,7 +39,7 @@ export interface RunSubmissionOptions {
   worldSizes?: readonly number[];
   /** Asked after each session: true skips the rest (sessions.ts runSessions). */
   stopWhen?: (session: SessionResult, plan: SessionPlan) => boolean;
-  onProgress?: (msg: string) => void;
+  onProgress?: Progress;
   signal?: AbortSignal;
 }
 
@@ -155,7 +156,7 @@ export interface ControlOptions {
   ranks: number;
   /** Host folder for the control's files (apply.log stays out: nothing is applied). */
   artifactDir: string;
-  onProgress?: (msg: string) => void;
+  onProgress?: Progress;
   signal?: AbortSignal;
 }
 

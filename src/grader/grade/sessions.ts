@@ -14,6 +14,7 @@ import { mapCaseId, unmapText, type Canary, type InstallMap } from "../workspace
 import { capEvidence, tamperEvidence } from "./tamper.js";
 import type { PytestPin } from "../workspace/harness-files.js";
 import { PROBES_DIR, pytestPinFor, stagedHashesNow, type StagedTests } from "../workspace/workspace.js";
+import type { Progress } from "../../lib/progress.js";
 
 /**
  * The pytest sessions of one grading run, and running them with a file per finished session so
@@ -216,7 +217,7 @@ export interface RunSessionsOptions {
   logsDir: string;
   /** The install: map back to real ids, canaries, staged files to hash after each session. */
   staged: StagedTests;
-  onProgress?: (msg: string) => void;
+  onProgress?: Progress;
   signal?: AbortSignal;
   /**
    * Asked after each session (run or reused, without a harness fault): true skips every session
@@ -311,7 +312,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
         runTimeoutSec: spec.run_timeout_sec,
         env: plan.env,
         signal: opts.signal,
-        onProgress: (d, t) => opts.onProgress?.(`${name}: ${d}/${t} tests`),
+        onProgress: (d, t) => opts.onProgress?.(`${name}: ${d}/${t} tests`, "tick"),
       });
     } finally {
       await sandbox.close();

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { combineRuns } from "../../../src/grader/grade/calibrate.js";
-import { DEMO_WIDTH, caughtBy, demoExpectationFailures, demoTable, demoTableRows, labelSummary, type DemoReport } from "../../../src/grader/check/demo-matrix.js";
+import { demoExpectationFailures, type DemoReport } from "../../../src/grader/check/demo-matrix.js";
+import { DEMO_WIDTH, caughtBy, demoTable, demoTableRows, labelSummary } from "../../../src/grader/check/demo-table.js";
 import { exceptionType, labelFailure } from "../../../src/grader/grade/labels.js";
 import { flakyIds, goldView, scoreSet, scoreSubmission } from "../../../src/grader/grade/score.js";
 import type { CaseRecord, GoldCase, GradeResult } from "../../../src/grader/grade/types.js";
