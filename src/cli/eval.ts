@@ -76,7 +76,7 @@ export function registerEvalCommands(program: Command): void {
     const tasks = opts.tasks.trim() === "all" ? ("all" as const) : opts.tasks.split(",").map((s) => s.trim()).filter(Boolean);
     if (tasks !== "all" && !tasks.length) throw new UsageError("eval: --tasks: expected task ids (a,b) or all");
     const say = (line: string) => process.stderr.write(`[eval] ${line}\n`);
-    const sig = campaignSignal(say);
+    const sig = campaignSignal(say, `infradev eval --cancel --out ${opts.out}`);
     try {
       const s = await runEval({
         campaignDir: opts.out,

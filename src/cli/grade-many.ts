@@ -16,7 +16,7 @@ export function registerGradeManyCommands(program: Command): void {
   addCampaignOptions(cmd, engineNames()).action(async (opts: CampaignCliOptions & { predictions: string }) => {
     const { runGradeMany } = await import("../campaign/matrix/grade-many.js");
     const say = (line: string) => process.stderr.write(`[grade-many] ${line}\n`);
-    const sig = campaignSignal(say);
+    const sig = campaignSignal(say, `infradev eval --cancel --out ${opts.out}`);
     try {
       const s = await runGradeMany({
         campaignDir: opts.out,

@@ -88,6 +88,18 @@ describe("report HTML in headless Chromium", () => {
       expect(Object.fromEntries(charts.map((c) => [c.id, c.marks]))).toEqual({ "chart-table2": 6, "chart-figure2": 4, "chart-figure4": 5, "chart-figure6": 8 });
       // Figure 2's labels carry the SE: alpha's Set A is 3 of 4, sqrt(0.75 · 0.25 / 4) = 21.7 points.
       expect(charts.find((c) => c.id === "chart-figure2")!.text).toContain("75 ± 21.7");
+      // In a 2,000 px window Table 2 needs no horizontal scrollbar: its last column (cost total) is on screen.
+      await page.setViewportSize({ width: 2000, height: 1000 });
+      const fit = await page.$eval("#table2-table", (t) => {
+        const scroller = t.parentElement!;
+        const header = [...t.querySelectorAll("thead th")];
+        const last = header[header.length - 1]!.getBoundingClientRect();
+        return { last: header[header.length - 1]!.textContent, right: last.right, window: window.innerWidth, overflow: scroller.scrollWidth - scroller.clientWidth };
+      });
+      expect(fit.last).toBe("cost total");
+      expect(fit.overflow, JSON.stringify(fit)).toBeLessThanOrEqual(0);
+      expect(fit.right, JSON.stringify(fit)).toBeLessThanOrEqual(fit.window);
+      await page.screenshot({ path: join(process.env.INFRADEV_SCREENSHOTS ?? tmp, "report-2000px.png"), fullPage: false });
       expect(consoleErrors).toEqual([]);
       expect(requests).toEqual([]);
     } finally {

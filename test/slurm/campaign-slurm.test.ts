@@ -3,7 +3,7 @@
  * slurmdbd). The pure parts (quoting through a real /bin/sh, sbatch's argv, state mapping) run anywhere;
  * the cluster parts skip without a cluster unless INFRADEV_REQUIRE_SLURM=1, which makes them fail.
  */
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -219,6 +219,80 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
   }, 120_000);
 });
 
+describe.skipIf(!plan.run)("signals around a Slurm campaign (no calibration needed: the jobs are held)", () => {
+  let root: string;
+  let cli: string;
+  let tasksDir: string;
+  beforeAll(() => {
+    if (!plan.reachable) throw new Error(plan.whyNot);
+    cli = ensureBuiltWithCampaign();
+    root = mkdtempSync(join(tmpdir(), "infradev-slurm-signals-"));
+    tasksDir = join(root, "tasks");
+    cpSync(join(packageRoot(), "test/fixtures/grader/tasks/tiny-mean"), join(tasksDir, "tiny-mean"), { recursive: true });
+    // Gold cached up front: the campaign's calibration job then only finds it.
+    execFileSync(process.execPath, [cli, "calibrate", "--task", "tiny-mean", "--tasks-dir", tasksDir, "--calibration-dir", join(root, "calibration")], { stdio: "pipe" });
+  }, 600_000);
+  afterAll(() => {
+    if (root) rmSync(root, { recursive: true, force: true });
+  });
+  const jobRecord = (dir: string, id: string): { engine_id: string; state: string } | null => {
+    try {
+      return JSON.parse(readFileSync(join(dir, "jobs", `${id}.json`), "utf8")) as { engine_id: string; state: string };
+    } catch {
+      return null;
+    }
+  };
+
+  it("a run scancelled from outside: eval names it on stderr and exits 1 (the same command resumes it)", async () => {
+    const dir = join(root, "scancelled");
+    // The stand-in `slow` holds its answers a day: the run's job stays running until it is cancelled.
+    const child = spawn(process.execPath, [cli, "eval", "--tasks", "tiny-mean", "--tasks-dir", tasksDir, "--agent", "slow=codex:standin:slow", "--time-limit-min", "10", "--calibration-dir", join(root, "calibration"), "--out", dir, "--engine", "slurm"], { stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+    let rec = null;
+    for (const end = Date.now() + 240_000; Date.now() < end; await new Promise((r) => setTimeout(r, 250))) {
+      rec = jobRecord(dir, "tiny-mean--slow--r1");
+      if (rec?.state === "running" && existsSync(join(dir, "runs", "tiny-mean--slow--r1"))) break;
+    }
+    expect(rec?.state, stderr).toBe("running");
+    execFileSync("scancel", [rec!.engine_id]);
+    const code = await exited;
+    expect(code, stderr).toBe(1);
+    expect(stderr).toMatch(/\[1\/1\] tiny-mean slow r1: CANCELLED from outside this campaign/);
+    expect(stderr).toMatch(/0 of 1 run\(s\) complete \(0 reused\); errored: tiny-mean--slow--r1/);
+  }, 400_000);
+
+  it("under GNU timeout and a wrapper that forwards TERM (the CLI gets it twice, ms apart) grade-many still cancels its queued Slurm jobs before it exits", async () => {
+    const dir = join(root, "under-timeout");
+    const preds = join(dir, "preds.jsonl");
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(preds, `${JSON.stringify({ task_id: "tiny-mean", model: "m-none", patch: "" })}\n`);
+    // `timeout` forwards a TERM it receives to its child and then to its whole process group; the child
+    // here is a wrapper script (as npx, an entrypoint or a batch script is) that also forwards it: the CLI
+    // gets TERM from the group kill and, a few ms later, again from the wrapper.
+    const wrapper = 'trap \'kill -TERM "$child"\' TERM; "$@" & child=$!; wait "$child"; wait "$child"';
+    const argv = [process.execPath, cli, "grade-many", "--predictions", preds, "--tasks-dir", tasksDir, "--calibration-dir", join(dir, "calibration"), "--out", dir, "--engine", "slurm", "--sbatch-arg=--hold"];
+    const child = spawn("timeout", ["--preserve-status", "-s", "TERM", "600", "/bin/sh", "-c", wrapper, "sh", ...argv], { stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+    let rec = null;
+    for (const end = Date.now() + 60_000; !rec && Date.now() < end; await new Promise((r) => setTimeout(r, 250))) rec = jobRecord(dir, "calibrate--tiny-mean");
+    expect(rec?.state, stderr).toBe("queued");
+    child.kill("SIGTERM");
+    const code = await exited;
+    expect(code, stderr).toBe(143);
+    // The held job is gone from the queue: scancel ran before the process exited.
+    // (squeue exits non-zero once the controller has forgotten the job: then it is gone too.)
+    const left = spawnSync("squeue", ["--noheader", "--jobs", rec!.engine_id, "--states=PENDING,RUNNING", "-o", "%i"], { encoding: "utf8" }).stdout.trim();
+    expect(left, stderr).toBe("");
+    expect(stderr).toMatch(/SIGTERM: cancelling the running jobs/);
+    expect(stderr).not.toMatch(/SIGTERM again/);
+  }, 300_000);
+
+});
+
 const TASKS = [["tiny-mean", "test/fixtures/grader/tasks"], ["check-mean", "test/fixtures/check/tasks"]] as const;
 const AGENTS = ["gold=codex:standin:golden", "adv=opencode:standin:adversarial"];
 type Row = { run_id: string; state: string; exit_reason: string | null; grade: string | null; resolved_a: boolean | null; resolved_b: boolean | null };
@@ -345,7 +419,10 @@ describe.skipIf(!plan.run)("eval --engine slurm: 2 tasks × 2 stand-in agents, t
     const mid = status(onSlurm);
     expect(mid.find((r) => r.run_id === victim)?.state).toBe("cancelled");
     expect(mid.filter((r) => r.state === "done")).toHaveLength(3);
-    expect(r1.code, r1.stderr).not.toBe(null);
+    // A cancel from outside the campaign is that run's error: named on stderr, exit 1.
+    expect(r1.code, r1.stderr).toBe(1);
+    expect(r1.stderr).toMatch(/check-mean gold r1: CANCELLED from outside this campaign/);
+    expect(r1.stderr).toMatch(/3 of 4 run\(s\) complete .*errored: check-mean--gold--r1/);
     const finished = Object.fromEntries(mid.filter((r) => r.state === "done").map((r) => [r.run_id, statSync(join(onSlurm, "runs", r.run_id, "run.json")).mtimeMs]));
 
     const r2 = await evalCli(evalArgs(onSlurm, ["--engine", "slurm"]));

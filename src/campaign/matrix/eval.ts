@@ -3,7 +3,7 @@ import { join, resolve } from "node:path";
 import type { GradeResult } from "../../grader/grade/types.js";
 import { UsageError } from "../../lib/errors.js";
 import { readJsonFile } from "../../lib/json.js";
-import { bundledTasksDir } from "../../lib/paths.js";
+import { bundledTasksDir, defaultCalibrationDir } from "../../lib/paths.js";
 import { NotRunnableError, taskPython, taskRunnableHere } from "../../task/public/runnable.js";
 import { listTaskIds } from "../../task/public/loader.js";
 import { loadGraderTask, type GraderTask } from "../../task/hidden/grader-task.js";
@@ -106,7 +106,9 @@ export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
   mkdirSync(paths.runs, { recursive: true });
   writeManifest(paths.dir, manifest);
 
-  const calibrationDir = resolve(opts.calibrationDir ?? join(paths.dir, "calibration"));
+  // The cache `grade` and `calibrate` use (INFRADEV_CALIBRATION_DIR, else ~/.cache/infradev/calibration):
+  // a campaign finds gold already calibrated by any earlier grade of the same task on this hardware.
+  const calibrationDir = resolve(opts.calibrationDir ?? defaultCalibrationDir());
   const flags = graderFlags({ tasksDir: opts.tasksDir, calibrationDir, sandbox: opts.sandbox, python: opts.python });
   const cli = cliEntry();
   const planned = planRuns(allTasks, manifest.agents, manifest.repeats);
@@ -140,10 +142,16 @@ export async function runEval(opts: EvalOptions): Promise<CampaignSummary> {
             stderrPath: join(paths.logs, `${p.run_id}.err`),
           },
           onEnd: (s) => {
-            if (s.state === "cancelled") return;
+            const n = () => `[${summary.reused + summary.finished + summary.errored.length}/${summary.total}]`;
+            if (s.state === "cancelled") {
+              // This campaign cancelling its own jobs (SIGINT / SIGTERM) says so once; a cancel from outside is this run's error.
+              if (opts.signal?.aborted) return;
+              summary.errored.push(p.run_id);
+              opts.say(`${n()} ${task.id} ${p.agent.name} r${p.repeat}: CANCELLED from outside this campaign (${s.reason ?? "no reason given"}); the same command resumes it`);
+              return;
+            }
             const rec = readJsonFile<RunRecord>(join(runDir, RUN_RECORD_FILE));
             const grade = readJsonFile<GradeResult>(join(runDir, GRADE_FILE));
-            const n = () => `[${summary.reused + summary.finished + summary.errored.length}/${summary.total}]`;
             if (!rec?.ended_at || !grade || rec.exit_reason === "error") {
               summary.errored.push(p.run_id);
               const why = rec?.error ?? (rec ? (grade ? rec.exit_reason : "not graded") : `job ${s.state}${s.reason ? ` (${s.reason})` : ""}, no run.json`);

@@ -4,6 +4,7 @@ import { writeJsonAtomic } from "../../lib/json.js";
 import { submissionHash } from "../../grader/grade/grade.js";
 import type { GradeResult } from "../../grader/grade/types.js";
 import { UsageError } from "../../lib/errors.js";
+import { defaultCalibrationDir } from "../../lib/paths.js";
 import { readJsonFile } from "../../lib/json.js";
 import { loadGraderTask, type GraderTask } from "../../task/hidden/grader-task.js";
 import { type EngineOptions } from "../engines/types.js";
@@ -133,7 +134,9 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
   mkdirSync(paths.runs, { recursive: true });
   writeManifest(paths.dir, mergeManifest(readManifest(paths.dir), wanted, { extend: opts.extend, file: join(paths.dir, MANIFEST_FILE) }));
 
-  const calibrationDir = resolve(opts.calibrationDir ?? join(paths.dir, "calibration"));
+  // The cache `grade` and `calibrate` use (INFRADEV_CALIBRATION_DIR, else ~/.cache/infradev/calibration):
+  // a campaign finds gold already calibrated by any earlier grade of the same task on this hardware.
+  const calibrationDir = resolve(opts.calibrationDir ?? defaultCalibrationDir());
   const flags = graderFlags({ tasksDir: opts.tasksDir, calibrationDir, sandbox: opts.sandbox, python: opts.python });
   const cli = cliEntry();
   if (opts.engine === "local") await reapOrphanJobs(paths, KILL_GRACE_MS + 2000, opts.say);
@@ -170,7 +173,13 @@ export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSumm
             stderrPath: join(paths.logs, `${p.run_id}.err`),
           },
           onEnd: (s) => {
-            if (s.state === "cancelled") return;
+            if (s.state === "cancelled") {
+              // This campaign cancelling its own jobs says so once; a cancel from outside is this prediction's error.
+              if (opts.signal?.aborted) return;
+              summary.errored.push(p.run_id);
+              opts.say(`${p.run_id}: grade CANCELLED from outside this campaign (${s.reason ?? "no reason given"}); the same command resumes it`);
+              return;
+            }
             // Any ended job (`grade` exits 3 on a harness fault, with a result): the result file decides.
             const result = readJsonFile<GradeResult>(gradeResultFile(runDir, taskId, p.patch));
             if (!result) {

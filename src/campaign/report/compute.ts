@@ -34,6 +34,8 @@ export interface ScoredRun {
   task_id: string;
   category: string;
   repeat: number;
+  /** The harness that made the run (`predictions`: a grade-many submission, nothing measured). */
+  harness: string;
   /** The grade's status, or "not_graded". */
   status: string;
   /** Counts in the rates (graded and not a harness fault). */
@@ -114,7 +116,7 @@ export interface ReportData {
 export function scoreRun(run: LoadedRun): ScoredRun {
   const r = run.record;
   const g = run.grade;
-  const base = { run_id: r.run_id, agent: r.agent, task_id: r.task_id, category: r.category, repeat: r.repeat, wall_s: r.wall_s };
+  const base = { run_id: r.run_id, agent: r.agent, task_id: r.task_id, category: r.category, repeat: r.repeat, harness: r.harness, wall_s: r.wall_s };
   if (!g) return { ...base, status: "not_graded", scored: false, score: null, resolved: null, resolved_strict: null, resolved_set_a: null, error_types: [], ...(run.gradeProblem ? { grade_problem: run.gradeProblem } : {}) };
   if (g.status === "harness_fault") return { ...base, status: g.status, scored: false, score: null, resolved: null, resolved_strict: null, resolved_set_a: null, error_types: [] };
   const zero = ZERO_STATUSES.has(g.status);
@@ -137,6 +139,9 @@ function tokenSummary(runs: LoadedRun[], kind: keyof AgentRow["tokens"]): TokenS
   const total = vals.reduce((a, b) => a + b, 0);
   return { total, mean: vals.length ? total / vals.length : null, runs_reporting: vals.length };
 }
+
+/** Runs an agent harness made (time, tool calls measured); grade-many's predictions are not. */
+const measured = (runs: LoadedRun[]) => runs.filter((r) => r.record.harness !== "predictions");
 
 function agentRow(agent: string, runs: LoadedRun[], scored: ScoredRun[], prices: Prices | null): AgentRow {
   const s = scored.filter((x) => x.scored);
@@ -164,10 +169,11 @@ function agentRow(agent: string, runs: LoadedRun[], scored: ScoredRun[], prices:
     resolved: rate(s.filter((x) => x.resolved).length, s.length),
     resolved_strict: rate(s.filter((x) => x.resolved_strict).length, s.length),
     passed: mean(s.map((x) => x.score ?? 0)),
-    wall_s: mean(runs.map((r) => r.record.wall_s)),
+    // A prediction (grade-many) measured neither time nor tool calls: its zeros are not data.
+    wall_s: mean(measured(runs).map((r) => r.record.wall_s)),
     tokens: { input: tokenSummary(runs, "input"), cached_input: tokenSummary(runs, "cached_input"), output: tokenSummary(runs, "output"), reasoning: tokenSummary(runs, "reasoning") },
     turns: mean(runs.map((r) => r.record.turns).filter((v): v is number => typeof v === "number")),
-    tool_calls: mean(runs.map((r) => r.record.tool_calls)),
+    tool_calls: mean(measured(runs).map((r) => r.record.tool_calls)),
     cost,
   };
 }

@@ -148,7 +148,7 @@ export function sections(d: ReportData): Section[] {
       r.resolved_set_a === null ? DASH : r.resolved_set_a ? "resolved" : "no",
       r.resolved === null ? DASH : r.resolved ? "resolved" : "no",
       num(r.score, 3),
-      `${(r.wall_s / 60).toFixed(1)} min`,
+      r.harness === "predictions" ? DASH : `${(r.wall_s / 60).toFixed(1)} min`,
     ]),
     after: d.skipped.length ? d.skipped.map((s) => `skipped ${s.run}: ${s.why}`) : undefined,
   });

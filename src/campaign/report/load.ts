@@ -1,5 +1,5 @@
 import { existsSync, readdirSync, statSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { UsageError } from "../../lib/errors.js";
 import { readRegularText } from "../../lib/safe-fs.js";
 import type { GradeResult } from "../../grader/grade/types.js";
@@ -73,7 +73,11 @@ export function loadCampaign(dirArg: string): LoadedCampaign {
   const dir = resolve(dirArg);
   if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`report: ${dirArg}: no such campaign folder`);
   const runsDir = join(dir, "runs");
-  if (!existsSync(runsDir) || !statSync(runsDir).isDirectory()) throw new UsageError(`report: ${dirArg}: not a campaign folder (no runs/ in it; made by infradev eval, grade-many or run --out)`);
+  // `infradev run --out D` writes one run's files into D itself: that folder is a campaign of one run.
+  const single = !existsSync(runsDir) && existsSync(join(dir, RUN_RECORD_FILE));
+  if (!single && (!existsSync(runsDir) || !statSync(runsDir).isDirectory())) {
+    throw new UsageError(`report: ${dirArg}: not a campaign folder (neither runs/ nor a run.json in it; made by infradev eval, grade-many or run --out)`);
+  }
   let manifest: CampaignManifest | null = null;
   if (existsSync(join(dir, MANIFEST_FILE))) {
     try {
@@ -82,10 +86,10 @@ export function loadCampaign(dirArg: string): LoadedCampaign {
       throw new UsageError(`report: ${join(dir, MANIFEST_FILE)}: not readable JSON (${(e as Error).message})`);
     }
   }
+  const folders = single ? [{ name: basename(dir), runDir: dir }] : readdirSync(runsDir).sort().map((name) => ({ name, runDir: join(runsDir, name) }));
   const runs: LoadedRun[] = [];
   const skipped: LoadedCampaign["skipped"] = [];
-  for (const name of readdirSync(runsDir).sort()) {
-    const runDir = join(runsDir, name);
+  for (const { name, runDir } of folders) {
     const recordFile = join(runDir, RUN_RECORD_FILE);
     if (!existsSync(recordFile)) {
       skipped.push({ run: name, why: "no run.json yet (in progress, or killed before it ended)" });

@@ -11,13 +11,19 @@ export function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
 }
 
-const CSS = `body{font-family:sans-serif;margin:2em;max-width:1200px;color:#222}
+/**
+ * Table 2 has up to 18 columns: the page takes the window's width (no fixed max), header cells wrap
+ * onto several lines and cells are compact, so at 1,600 px and wider every column, the cost ones
+ * included, is on screen without a horizontal scrollbar (test/browser/report.test.ts measures it).
+ */
+const CSS = `body{font-family:sans-serif;margin:1.5em;color:#222}
 .scroll{overflow-x:auto}
 table{border-collapse:collapse;margin:.5em 0 1em;font-size:13px}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;white-space:nowrap}
-th{background:#f3f3f3}
-p.note{color:#555;font-size:13px;margin:.2em 0}
-figure{margin:1em 0}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:left}
+td{white-space:nowrap}
+th{background:#f3f3f3;white-space:normal;vertical-align:bottom;max-width:9em}
+p.note{color:#555;font-size:13px;margin:.2em 0;max-width:80em}
+figure{margin:1em 0;max-width:1200px}
 figcaption{font-size:13px;color:#444}`;
 
 export async function renderHtml(d: ReportData): Promise<string> {

@@ -25,6 +25,9 @@ const run = promisify(execFile);
 let root: string;
 let tasksDir: string;
 const out = () => join(root, "campaign");
+/** The shared gold cache `grade` uses; a campaign without --calibration-dir must use it too. */
+const cache = () => join(root, "calibration-cache");
+const env = () => ({ ...process.env, INFRADEV_CALIBRATION_DIR: cache() });
 const RUNS = ["tiny-mean--gold--r1", "tiny-mean--adv--r1", "check-mean--gold--r1", "check-mean--adv--r1"];
 
 function evalArgs(extra: string[] = []): string[] {
@@ -59,7 +62,7 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe("eval", () => {
   it("2 tasks × 2 stand-in agents on real Codex and OpenCode, concurrency 2, SIGKILLed and resumed: all 4 complete, none re-run", async () => {
-    const first = spawn(process.execPath, evalArgs(), { stdio: ["ignore", "ignore", "pipe"] });
+    const first = spawn(process.execPath, evalArgs(), { stdio: ["ignore", "ignore", "pipe"], env: env() });
     let log1 = "";
     first.stderr!.on("data", (d) => (log1 += String(d)));
     const exited = new Promise<void>((r) => first.on("exit", () => r()));
@@ -86,8 +89,8 @@ describe("eval", () => {
     // calibrated (its folder there, no calibration.json yet): that one is redone on resume.
     const calibrations = () =>
       new Map(
-        readdirSync(join(out(), "calibration"))
-          .flatMap((t) => readdirSync(join(out(), "calibration", t)).map((h) => join(out(), "calibration", t, h, "calibration.json")))
+        readdirSync(cache())
+          .flatMap((t) => readdirSync(join(cache(), t)).map((h) => join(cache(), t, h, "calibration.json")))
           .filter((f) => existsSync(f))
           .map((f) => [f, statSync(f).mtimeMs] as const),
       );
@@ -102,7 +105,7 @@ describe("eval", () => {
       else expect(["interrupted", "pending"], r.run_id).toContain(r.state);
     }
 
-    const second = await run(process.execPath, evalArgs(), { maxBuffer: 1 << 24 });
+    const second = await run(process.execPath, evalArgs(), { maxBuffer: 1 << 24, env: env() });
     expect(second.stderr).toContain(`${done1.length} of 4 run(s) already complete: reused`);
     for (const [id, b] of before) expect(snap(id), id).toEqual(b);
     expect(RUNS.every(complete)).toBe(true);
@@ -110,6 +113,8 @@ describe("eval", () => {
     const cal2 = calibrations();
     expect(cal2.size).toBe(2);
     for (const [f, mtime] of cal1) expect(cal2.get(f), f).toBe(mtime);
+    // Nothing calibrated into the campaign folder: the shared cache serves the next campaign and `grade` alike.
+    expect(existsSync(join(out(), "calibration"))).toBe(false);
 
     for (const id of RUNS) {
       const rec = readJson<RunRecord>(join(out(), "runs", id, "run.json"));

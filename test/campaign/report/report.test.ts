@@ -225,6 +225,30 @@ describe("harness faults and folders in progress", () => {
     expect(d.table3.categories).toEqual(["training", "inference", "rl"]);
   });
 
+  it("a folder made by `infradev run --out` (run.json, grade.json in it, no runs/) is a campaign of that one run", () => {
+    const dir = join(tmp, "one-run");
+    cpSync(join(FIXTURE, "runs", "tiny-mean--alpha--r2"), dir, { recursive: true });
+    const d = computeReport(loadCampaign(dir));
+    expect(d.runs.map((r) => [r.run_id, r.status, r.resolved])).toEqual([["tiny-mean--alpha--r2", "graded", false]]);
+    expect(d.table2.map((r) => [r.agent, r.n])).toEqual([["alpha", 1]]);
+  });
+
+  it("grade-many's predictions measured no time and no tool calls: Table 2 says – there, not 0.0", () => {
+    const dir = join(tmp, "predictions");
+    cpSync(FIXTURE, dir, { recursive: true });
+    for (const id of ["tiny-mean--beta--r1", "tiny-mean--beta--r2", "tiny-mean--beta--r3", "check-mean--beta--r1", "check-mean--beta--r2"]) {
+      const f = join(dir, "runs", id, "run.json");
+      const r = JSON.parse(readFileSync(f, "utf8")) as RunRecord;
+      writeFileSync(f, JSON.stringify({ ...r, harness: "predictions", exit_reason: "prediction", wall_s: 0, tool_calls: 0, tools_used: {}, turns: null, tokens: { input: null, cached_input: null, output: null, reasoning: null } }));
+    }
+    const d = computeReport(loadCampaign(dir));
+    const beta = d.table2.find((r) => r.agent === "beta")!;
+    expect([beta.wall_s.mean, beta.tool_calls.mean, beta.turns.mean]).toEqual([null, null, null]);
+    const line = renderText(d).split("\n").find((l) => l.startsWith("beta "))!;
+    expect(line).not.toMatch(/0\.0 min|\b0\.0\b/);
+    expect(renderText(d)).toMatch(/tiny-mean--beta--r1 .* – *$/m);
+  });
+
   it("a patch.diff that is a symbolic link is not read through", () => {
     const dir = join(tmp, "linked");
     cpSync(FIXTURE, dir, { recursive: true });
@@ -276,7 +300,7 @@ describe("renderers and the CLI", () => {
     writeFileSync(join(tmp, "bad-prices.yaml"), "models:\n  model-a: { input: -1, output: 2 }\n");
     const cases: Array<[string[], RegExp]> = [
       [[join(tmp, "nope")], /^infradev: report: .*nope: no such campaign folder$/],
-      [[tmp], /not a campaign folder \(no runs\/ in it/],
+      [[tmp], /not a campaign folder \(neither runs\/ nor a run\.json in it/],
       [[FIXTURE, "--prices", join(tmp, "bad-prices.yaml")], /--prices .*bad-prices\.yaml: models\.model-a\.input: /],
       [[FIXTURE, "--compare", "alpha"], /--compare.*expected two different agent names as A,B/],
       [[FIXTURE, "--compare", "alpha,gamma"], /--compare: no agent "gamma" in .* \(agents: alpha, beta\)/],
