@@ -207,15 +207,16 @@ def cap_text(text, limit=LONGREPR_CAP):
 # strings and pytest node ids cannot hold NUL. Hand-rolled rather than JSON because the launcher
 # writes it before the ranks start, and importing json there costs a few ms of every run.
 _SPEC_MAGIC = "infradev-rank-spec-1"
-_SPEC_LISTS = {"a": "args", "p": "plugins", "s": "skip"}
+_SPEC_LISTS = {"a": "args", "p": "plugins", "s": "skip", "f": "stop_on_fail"}
 _SPEC_VALUES = {"o": "out_dir", "n": "session"}
 
 
-def encode_spec(args, plugins=(), skip=(), out_dir="", session=0):
+def encode_spec(args, plugins=(), skip=(), out_dir="", session=0, stop_on_fail=()):
     parts = [_SPEC_MAGIC, "o:" + out_dir, "n:%d" % session]
     parts += ["a:" + a for a in args]
     parts += ["p:" + p for p in plugins]
     parts += ["s:" + s for s in skip]
+    parts += ["f:" + f for f in stop_on_fail]
     for part in parts:
         if "\0" in part:
             raise ValueError("a rank spec value holds a NUL byte: %r" % part)
@@ -226,7 +227,7 @@ def decode_spec(data):
     parts = data.decode("utf-8", "surrogateescape").split("\0")
     if not parts or parts[0] != _SPEC_MAGIC:
         raise ValueError("not an infradev rank spec")
-    spec = {"args": [], "plugins": [], "skip": [], "out_dir": "", "session": 0}
+    spec = {"args": [], "plugins": [], "skip": [], "stop_on_fail": [], "out_dir": "", "session": 0}
     for part in parts[1:]:
         key, sep, value = part.partition(":")
         if not sep:

@@ -51,6 +51,8 @@ export interface RankCase {
   /** The failure's text, capped. */
   excerpt: string;
   resources?: RankResources;
+  /** The launcher wrote this record: it stopped the rank while the test ran (hang, crash, aborted, fail_fast...). */
+  killed?: string;
 }
 
 export interface MergedCase {
@@ -151,7 +153,8 @@ export function mergeRankReports(
       const outcome: CaseOutcome = OUTCOMES.has(c.outcome) ? c.outcome : "error";
       const message = str(c.message);
       const resources = resourcesOf(c);
-      return { rank, outcome, message, excerpt: outcome === "passed" ? "" : excerpt(str(c.longrepr) || message), ...(resources ? { resources } : {}) };
+      const killed = typeof c.killed === "string" && c.killed ? c.killed : undefined;
+      return { rank, outcome, message, excerpt: outcome === "passed" ? "" : excerpt(str(c.longrepr) || message), ...(resources ? { resources } : {}), ...(killed ? { killed } : {}) };
     });
     let outcome: CaseOutcome = "skipped";
     let anyMissing = false;

@@ -7,7 +7,7 @@ import type { ExecResult, Sandbox } from "../sandbox/types.js";
 export interface LaunchSummary {
   launcher: string;
   nproc: number;
-  status: "ok" | "tests_failed" | "hang" | "crash" | "run_timeout" | "interrupted" | "launch_error";
+  status: "ok" | "tests_failed" | "fail_fast" | "hang" | "crash" | "run_timeout" | "interrupted" | "launch_error";
   exit_codes: Array<number | null>;
   duration_s: number;
   restarts: number;
@@ -21,6 +21,7 @@ export interface LaunchSummary {
 export const LAUNCHER_EXIT_CODES: Record<LaunchSummary["status"], number> = {
   ok: 0,
   tests_failed: 1,
+  fail_fast: 1,
   hang: 2,
   crash: 2,
   run_timeout: 2,
@@ -52,6 +53,12 @@ export interface RunRanksOptions {
   plugins?: string[];
   /** Empty the out dir once the launcher has its bundle (nothing of this session stays readable in the workspace). */
   removeOutDir?: boolean;
+  /**
+   * Test ids whose failure, error or skip on any rank stops the session there (status `fail_fast`,
+   * the tests not reached missing): for task check's mutants only, whose verdict needs one failing
+   * case; never for a submission's grade.
+   */
+  stopOnFail?: string[];
   signal?: AbortSignal;
   /** Called as tests finish on rank 0 (done / total collected). */
   onProgress?: (done: number, total: number) => void;
@@ -188,8 +195,8 @@ export function progressReader(onProgress: (done: number, total: number) => void
  * the sandbox. The format is the rank spec's (python/sandbox/infradev_outputs.py encode_spec):
  * NUL-separated "<key>:<value>" records after a magic line, hex-encoded.
  */
-export function launchSpecHex(outDir: string, pytestArgs: string[], plugins: string[]): string {
-  const parts = ["infradev-rank-spec-1", `o:${outDir}`, "n:0", ...pytestArgs.map((a) => `a:${a}`), ...plugins.map((p) => `p:${p}`)];
+export function launchSpecHex(outDir: string, pytestArgs: string[], plugins: string[], stopOnFail: string[] = []): string {
+  const parts = ["infradev-rank-spec-1", `o:${outDir}`, "n:0", ...pytestArgs.map((a) => `a:${a}`), ...plugins.map((p) => `p:${p}`), ...stopOnFail.map((f) => `f:${f}`)];
   for (const p of parts) if (p.includes("\0")) throw new Error(`runRanks: a pytest argument or plugin name contains a NUL byte: ${JSON.stringify(p)}`);
   return Buffer.from(parts.join("\0"), "utf8").toString("hex");
 }
@@ -216,7 +223,7 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
   if (!Number.isInteger(opts.ranks) || opts.ranks < 1) throw new Error(`runRanks: ranks must be an integer ≥ 1 (got ${opts.ranks})`);
   const { sandboxOutDir, arg } = outDirArg(sandbox.repoDir, opts.cwd, opts.outDir);
   const nonce = randomBytes(16).toString("hex");
-  const specHex = launchSpecHex(arg, opts.pytestArgs, opts.plugins ?? []);
+  const specHex = launchSpecHex(arg, opts.pytestArgs, opts.plugins ?? [], opts.stopOnFail ?? []);
   // One environment string may hold 128 KiB (MAX_ARG_STRLEN): a longer spec goes in argv, as before.
   const inEnv = specHex.length < 120 * 1024;
   const argv = [
@@ -237,7 +244,7 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
     opts.launcher ?? "builtin",
     ...(opts.noContinue ? ["--no-continue"] : []),
     ...(opts.removeOutDir ? ["--remove-out-dir"] : []),
-    ...(inEnv ? [] : ["--out-dir", arg, ...(opts.plugins ?? []).flatMap((p) => ["--plugin", p]), "--", ...opts.pytestArgs]),
+    ...(inEnv ? [] : ["--out-dir", arg, ...(opts.plugins ?? []).flatMap((p) => ["--plugin", p]), ...(opts.stopOnFail ?? []).flatMap((f) => ["--stop-on-fail", f]), "--", ...opts.pytestArgs]),
   ];
 
   const progress = opts.onProgress ? progressReader(opts.onProgress) : undefined;

@@ -18,8 +18,8 @@ const HAS_GPU = existsSync("/dev/nvidiactl") || existsSync("/dev/nvidia0");
 const tmp = mkdtempSync(join(tmpdir(), "infradev-first-hour-"));
 let cli: string;
 
-const run = (args: string[], env: Record<string, string | undefined> = {}) =>
-  spawnSync(process.execPath, [cli, ...args], { encoding: "utf8", timeout: 240_000, env: { ...process.env, INFRADEV_PYTHON: undefined, ...env }, cwd: tmp });
+const run = (args: string[], env: Record<string, string | undefined> = {}, timeout = 240_000) =>
+  spawnSync(process.execPath, [cli, ...args], { encoding: "utf8", timeout, env: { ...process.env, INFRADEV_PYTHON: undefined, ...env }, cwd: tmp });
 
 /** A tasks folder holding a copy of tiny-mean with `edit` applied to its task.yaml. */
 function taskCopy(name: string, edit: (yaml: string) => string): string {
@@ -188,11 +188,11 @@ describe("on real sandboxes (tiny-mean, local backend; gold calibrated once)", (
   }, 120_000);
 
   it("the quick demo (the README's first command, issue 23): the table, expectations met, plain progress lines in a log, the whole matrix one flag away; on a terminal one live line", () => {
-    const demoOut = join(tmp, "demo-out");
-    const args = ["demo", "--task", "tiny-mean", "--tasks-dir", FIXTURES, "--calibration-dir", cal(), "--out", demoOut];
-    const r = run(args);
+    // The grade tests' results folder: golden's complete result there is reused, as a user's would be.
+    const args = ["demo", "--task", "tiny-mean", "--tasks-dir", FIXTURES, "--calibration-dir", cal(), "--out", out()];
+    const r = run(args, {}, 1_200_000);
     expect(r.status, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/^tiny-mean:golden +yes +yes +1\.000 +1\.000$/m);
+    expect(r.stdout).toMatch(/^tiny-mean:golden +yes +yes /m);
     expect(r.stdout).toMatch(/^tiny-mean:adversarial\/sum-not-mean +yes +no /m);
     expect(r.stdout).toContain("expectations met");
     expect(r.stdout).toMatch(/This was the quick demo \(tiny-mean at world size 2 with 2 of its 2 adversarial patches\)\. .* npm run demo -- --full/s);
@@ -204,12 +204,12 @@ describe("on real sandboxes (tiny-mean, local backend; gold calibrated once)", (
     expect(r.stderr).toMatch(/^\[demo [\d:]+\] quick demo: tiny-mean at world size\(s\) 2, 6 submissions/m);
     expect(r.stderr).toMatch(/\[5\/6\] tiny-mean:base: graded, Set A (yes|no), Set B no/);
     // On a terminal (script(1) gives it a pty): one line rewritten in place, results above it.
-    const tty = spawnSync("script", ["-qec", [process.execPath, cli, ...args].map((a) => `'${a}'`).join(" "), "/dev/null"], { encoding: "utf8", cwd: tmp, env: { ...process.env, INFRADEV_PYTHON: undefined, TERM: "xterm" } });
+    const tty = spawnSync("script", ["-qec", [process.execPath, cli, ...args].map((a) => `'${a}'`).join(" "), "/dev/null"], { encoding: "utf8", timeout: 240_000, cwd: tmp, env: { ...process.env, INFRADEV_PYTHON: undefined, TERM: "xterm" } });
     expect(tty.status, tty.stdout).toBe(0);
     expect(tty.stdout).toMatch(/\r\x1b\[K\[demo \d+:\d\d\] \[1\/6\] tiny-mean:golden: graded, Set A yes, Set B yes \(reused\)\r?\n/);
     expect(tty.stdout).toMatch(/\r\[demo \d+:\d\d\] [^\r\n]*\x1b\[K/);
     expect(tty.stdout).toContain("expectations met");
-  }, 600_000);
+  }, 1_500_000);
 
   it("an inapplicable patch says 'inapplicable' once", () => {
     const bad = join(tmp, "bad.patch");

@@ -179,6 +179,51 @@ def test_collection_error_fails_the_run(scratch):
     assert run.junit(0) == {"test_ok.py::test_ok": ("passed", "")}
 
 
+STOP_ON_FAIL = PG_FIXTURE + '''
+
+def test_first():
+    dist.barrier()
+
+
+def test_not_listed_fails():
+    assert False, "a failure --stop-on-fail does not list"
+
+
+def test_listed_fails_on_rank_1():
+    dist.barrier()
+    assert dist.get_rank() == 0, "fails on rank 1 only"
+
+
+def test_never_reached():
+    import time
+
+    time.sleep(10)  # the stop lands within a poll (0.2 s): long before this ends
+'''
+
+
+def test_stop_on_fail_ends_the_run_at_the_first_listed_failure(scratch):
+    """task check's mutants: one failing case is their verdict, the rest of the session is not run."""
+    listed = "test_stop.py::test_listed_fails_on_rank_1"
+    run = scratch({"test_stop.py": STOP_ON_FAIL}, 2, "--per-test-timeout", "60", "--stop-on-fail", listed, "--stop-on-fail", "test_stop.py::test_first")
+    assert run.returncode == 1, run.stderr
+    assert run.launch["status"] == "fail_fast" and run.launch["restarts"] == 0
+    [event] = run.launch["events"]
+    assert (event["kind"], event["rank"], event["test"]) == ("fail_fast", 1, listed)
+    assert "failed on rank 1" in event["detail"]
+    for rank in (0, 1):
+        recs = run.records(rank)
+        assert recs["test_stop.py::test_first"]["outcome"] == "passed"
+        assert recs["test_stop.py::test_not_listed_fails"]["outcome"] == "failed"
+        # Not run, or caught running (waiting in its barrier) when the launcher stopped the ranks.
+        never = recs.get("test_stop.py::test_never_reached")
+        assert never is None or (never["outcome"] == "error" and never.get("killed")), never
+    assert run.records(1)[listed]["outcome"] == "failed"
+    # Without the option the same file runs to its end.
+    full = scratch({"test_stop.py": STOP_ON_FAIL}, 2, "--per-test-timeout", "60")
+    assert full.launch["status"] == "tests_failed" and full.launch["events"] == []
+    assert full.records(0)["test_stop.py::test_never_reached"]["outcome"] == "passed"
+
+
 def test_torchrun_falls_back_or_runs(scratch):
     """Debian's torchrun on Python 3.11 dies before starting a rank: the run falls back, with a note."""
     run = scratch({"test_x.py": "def test_x():\n    pass\n"}, 2, "--launcher", "torchrun")

@@ -12,11 +12,11 @@ from . import procs
 from .session import Progress, run_session
 
 # Exit codes; each goes with exactly one launch status, and every one of them comes with a bundle.
-EXIT_CODES = {"ok": 0, "tests_failed": 1, "hang": 2, "crash": 2, "run_timeout": 2, "interrupted": 2, "launch_error": 3}
+EXIT_CODES = {"ok": 0, "tests_failed": 1, "fail_fast": 1, "hang": 2, "crash": 2, "run_timeout": 2, "interrupted": 2, "launch_error": 3}
 NONCE_ENV = "INFRADEV_BUNDLE_NONCE"
 USAGE = (
     "infradev_launch.py --nproc N --out-dir DIR [--per-test-timeout SEC] [--run-timeout SEC] [--grace SEC] "
-    "[--launcher builtin|torchrun] [--no-continue] [--plugin NAME]... -- <pytest args...>"
+    "[--launcher builtin|torchrun] [--no-continue] [--plugin NAME]... [--stop-on-fail NODEID]... -- <pytest args...>"
 )
 
 
@@ -71,6 +71,12 @@ def _plugin(text):
     return text
 
 
+def _nodeid(text):
+    if not text or "\0" in text:
+        raise ValueError("must be a pytest node id (got %r)" % text)
+    return text
+
+
 def _launcher(text):
     if text not in ("builtin", "torchrun"):
         raise ValueError("must be builtin or torchrun (got %s)" % text)
@@ -97,6 +103,7 @@ OPTIONS = (
     ("--python", "python", str, sys.executable, "interpreter for the ranks (default: this one)"),
     ("--plugin", "plugins", _plugin, APPEND, "a pytest plugin every rank loads (-p NAME; repeatable)"),
     ("--remove-out-dir", "remove_out_dir", None, False, "empty the out dir once the bundle is built (the next session's code cannot read this one's logs)"),
+    ("--stop-on-fail", "stop_on_fail", _nodeid, APPEND, "a test id whose failure, error or skip on any rank stops the run there: status fail_fast, the tests not reached missing (repeatable)"),
 )
 
 
@@ -218,6 +225,7 @@ def parse_args(argv, spec=None):
             cfg.plugins = list(cfg.plugins) + [_plugin(p) for p in spec["plugins"]]
         except ValueError as exc:
             raise UsageError("%s: plugin %s" % (LAUNCH_SPEC_ENV, exc))
+        cfg.stop_on_fail = list(cfg.stop_on_fail) + spec["stop_on_fail"]
     if cfg.out_dir is None:
         raise UsageError("the following arguments are required: --out-dir")
     cfg.pytest_args = pytest_args

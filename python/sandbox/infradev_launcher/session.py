@@ -290,6 +290,41 @@ def dump_stacks(cfg, pids, states, reason):
     return stacks
 
 
+class FailWatch:
+    """--stop-on-fail: what the ranks appended to rank{r}.results.jsonl since the session began, read
+    a poll at a time; `check()` names the first listed test that finished failed, errored or skipped on
+    some rank. Only task check's mutants ask for it (one failing case gold passes is all their verdict
+    needs); a grade of a submission never does, so nothing the code under test writes there can cut a
+    real grade short. A line is read once it is complete; one that is not JSON is passed over."""
+
+    NOT_PASSED = ("failed", "error", "skipped")
+
+    def __init__(self, cfg, starts):
+        self.cfg = cfg
+        self.ids = frozenset(cfg.stop_on_fail)
+        self.offsets = list(starts)
+        self.rest = [b""] * cfg.nproc
+
+    def check(self):
+        import json  # only for a run that asked for it
+
+        for rank in range(self.cfg.nproc):
+            data = read_bytes(rank_name(rank, "results.jsonl"), self.cfg.out_fd, cap=4 << 20, offset=self.offsets[rank])
+            if not data:
+                continue
+            self.offsets[rank] += len(data)
+            lines = (self.rest[rank] + data).split(b"\n")
+            self.rest[rank] = lines.pop()
+            for line in lines:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("nodeid") in self.ids and rec.get("outcome") in self.NOT_PASSED:
+                    return rank, rec["nodeid"], rec["outcome"]
+        return None
+
+
 def _log_tail(cfg, rank, lines=3):
     data = read_bytes(rank_name(rank, "log"), cfg.out_fd, cap=4096, tail=True)
     if data is None:
@@ -304,8 +339,16 @@ def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch, progress):
     abnormal = {}  # rank -> (wall clock when seen, exit code): exits without a finished session
     started_wall = time.time()
     ready_at = None  # wall clock when every live rank had finished collecting
+    fails = FailWatch(cfg, result.results_starts) if cfg.stop_on_fail else None
     while True:
         ranks.wait(POLL_S)
+        if fails is not None:
+            hit = fails.check()
+            if hit is not None:
+                rank, test, outcome = hit
+                detail = "%s %s on rank %d (--stop-on-fail: the rest of the session is not run)" % (test, outcome, rank)
+                result.event = make_event("fail_fast", rank, test, 0.0, detail, session, t_launch)
+                return abnormal
         if ranks.done():
             return abnormal
         now = time.time()

@@ -246,6 +246,10 @@ def patch_loaded():
                     _originals.append(current)
                 setattr(mod, op, wrapper)
         _patch_process_groups()
+        # Not a measurement: rank > 0 waits for rank 0's store instead of torch's 1 s retry (see there).
+        from . import _rendezvous
+
+        _rendezvous.install(modules)
     return True
 
 

@@ -52,9 +52,12 @@ export interface GradeOptions {
   worldSizes?: readonly number[];
   /**
    * For the check's mutants: stop after the first session in which a case gold passes in every
-   * calibration run did not pass (shouldStopEarly); the result then carries `partial`.
+   * calibration run did not pass (shouldStopEarly); the result then carries `partial`. Each session
+   * itself stops at the first such case (fail fast: failFastIds) unless `failFast` is false.
    */
   stopEarly?: boolean;
+  /** With stopEarly: false stops between sessions only (bench/task_check_wall.ts's "before" arm). */
+  failFast?: boolean;
   onProgress?: Progress;
   signal?: AbortSignal;
 }
@@ -124,7 +127,20 @@ export function submissionHash(bytes: Uint8Array | null, missingPath: string | n
  */
 export function shouldStopEarly(gold: readonly GoldView[], session: Pick<SessionResult, "cases">, plan: Pick<SessionPlan, "name" | "idPrefix">): boolean {
   const outcome = new Map(session.cases.map((c) => [c.id, c.outcome]));
-  return gold.some((g) => g.required && g.suite === plan.name && g.id.startsWith(plan.idPrefix) && outcome.get(g.id) !== "passed");
+  return requiredIn(gold, plan).some((id) => outcome.get(id) !== "passed");
+}
+
+/** The cases of one session gold passes in every calibration run (with the plan's id prefix). */
+function requiredIn(gold: readonly GoldView[], plan: Pick<SessionPlan, "name" | "idPrefix">): string[] {
+  return gold.filter((g) => g.required && g.suite === plan.name && g.id.startsWith(plan.idPrefix)).map((g) => g.id);
+}
+
+/**
+ * The early stop inside a session (pure): the real ids, without the plan's prefix, at whose first
+ * failure the launcher stops the session — every case of it gold passes in every calibration run.
+ */
+export function failFastIds(gold: readonly GoldView[], plan: Pick<SessionPlan, "name" | "idPrefix">): string[] {
+  return requiredIn(gold, plan).map((id) => id.slice(plan.idPrefix.length));
 }
 
 /** A patch with nothing in it (whitespace only). */
@@ -199,6 +215,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
       sandboxFactory: opts.sandboxFactory,
       worldSizes,
       ...(opts.stopEarly ? { stopWhen: (s: SessionResult, p: SessionPlan) => shouldStopEarly(gold, s, p) } : {}),
+      ...(opts.stopEarly && opts.failFast !== false ? { failFast: (p: SessionPlan) => failFastIds(gold, p) } : {}),
       onProgress: say,
       signal: opts.signal,
     });

@@ -39,6 +39,8 @@ export interface RunSubmissionOptions {
   worldSizes?: readonly number[];
   /** Asked after each session: true skips the rest (sessions.ts runSessions). */
   stopWhen?: (session: SessionResult, plan: SessionPlan) => boolean;
+  /** The ids each session stops at on their first failure (sessions.ts runSessions failFast). */
+  failFast?: (plan: SessionPlan) => string[];
   onProgress?: Progress;
   signal?: AbortSignal;
 }
@@ -126,6 +128,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       onProgress: opts.onProgress,
       signal: opts.signal,
       ...(opts.stopWhen ? { stopWhen: opts.stopWhen } : {}),
+      ...(opts.failFast ? { failFast: opts.failFast } : {}),
     });
     const lostPlans = plans.filter((p) => out.sessions.some((s) => s.file === p.fileName && s.lost_records));
     return {

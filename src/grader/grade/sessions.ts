@@ -10,7 +10,7 @@ import type { TaskSpec } from "../../task/public/schema.js";
 import { readJsonFile, writeJsonAtomic } from "../../lib/json.js";
 import { exceptionType } from "./labels.js";
 import type { CaseRecord, CollectionError, PartialRun, SessionResult, Suite } from "./types.js";
-import { mapCaseId, unmapText, type Canary, type InstallMap } from "../workspace/test-renaming.js";
+import { installedCaseId, mapCaseId, unmapText, type Canary, type InstallMap } from "../workspace/test-renaming.js";
 import { capEvidence, tamperEvidence } from "./tamper.js";
 import type { PytestPin } from "../workspace/harness-files.js";
 import { PROBES_DIR, pytestPinFor, stagedHashesNow, type StagedTests } from "../workspace/workspace.js";
@@ -142,10 +142,22 @@ export function suiteOf(nodeid: string): Suite {
   return nodeid.startsWith(`${PROBES_DIR}/`) ? "probe" : "official";
 }
 
-/** What identifies a session's result: a file written under another key is run again, never reused. */
-export function sessionKey(taskHash: string, task: GraderTask, plan: SessionPlan): string {
+/**
+ * What identifies a session's result: a file written under another key is run again, never reused.
+ * `failFast`: the real ids the session stops at (RunSessionsOptions.failFast): a session cut short
+ * answers only another one cut at the same cases.
+ */
+export function sessionKey(taskHash: string, task: GraderTask, plan: SessionPlan, failFast: readonly string[] = []): string {
   const spec = task.fullSpec;
-  const what = { SESSION_FORMAT, taskHash, plan: { mode: plan.mode, name: plan.name, args: plan.keyArgs, env: plan.env, idPrefix: plan.idPrefix }, ranks: plan.ranks, timeout_sec: spec.timeout_sec, run_timeout_sec: spec.run_timeout_sec };
+  const what = {
+    SESSION_FORMAT,
+    taskHash,
+    plan: { mode: plan.mode, name: plan.name, args: plan.keyArgs, env: plan.env, idPrefix: plan.idPrefix },
+    ranks: plan.ranks,
+    timeout_sec: spec.timeout_sec,
+    run_timeout_sec: spec.run_timeout_sec,
+    ...(failFast.length ? { fail_fast: createHash("sha256").update([...failFast].sort().join("\n")).digest("hex") } : {}),
+  };
   return createHash("sha256").update(JSON.stringify(what)).digest("hex").slice(0, 24);
 }
 
@@ -224,6 +236,12 @@ export interface RunSessionsOptions {
    * after it (grade.ts's early stop for the check's mutants).
    */
   stopWhen?: (session: SessionResult, plan: SessionPlan) => boolean;
+  /**
+   * Task check's mutants only (grade.ts stopEarly): the real ids (without the plan's idPrefix) at
+   * whose first failure, error or skip the session stops (runRanks stopOnFail, canaries never among
+   * them). A session cut short keeps the cases that ran; those it never reached are not run.
+   */
+  failFast?: (plan: SessionPlan) => string[];
 }
 
 export interface SessionsOutcome {
@@ -273,13 +291,18 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
   const lost = () => sessions.filter((s) => s.lost_records).map((s) => `${s.file}: ${s.lost_records}`);
   const stop = (plan: SessionPlan, i: number): PartialRun | undefined => {
     const rest = plans.slice(i + 1);
-    if (!rest.length || !opts.stopWhen?.(sessions.at(-1)!, plan)) return undefined;
-    return { stopped_after: plan.fileName, skipped: rest.map((p) => p.fileName), stopped_suite: plan.name, skipped_sessions: rest.map((p) => ({ idPrefix: p.idPrefix, suite: p.name })) };
+    // A session the launcher cut short (fail fast) is itself partly skipped: the cases it never
+    // reached did not run.
+    const cut = sessions.at(-1)!.launch_status === "fail_fast";
+    if (!cut && (!rest.length || !opts.stopWhen?.(sessions.at(-1)!, plan))) return undefined;
+    const skipped = cut ? [plan, ...rest] : rest;
+    return { stopped_after: plan.fileName, skipped: rest.map((p) => p.fileName), stopped_suite: plan.name, skipped_sessions: skipped.map((p) => ({ idPrefix: p.idPrefix, suite: p.name })) };
   };
   for (const [i, plan] of plans.entries()) {
     const name = sessionFileName(plan);
     const file = join(opts.resultsDir, `${name}.json`);
-    const key = sessionKey(opts.taskHash, task, plan);
+    const failFast = opts.failFast?.(plan) ?? [];
+    const key = sessionKey(opts.taskHash, task, plan, failFast);
     const done = readFinishedSession(file, key);
     if (done) {
       opts.onProgress?.(`${name}: finished in an earlier run, reusing ${file}`);
@@ -312,6 +335,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
         runTimeoutSec: spec.run_timeout_sec,
         env: plan.env,
         signal: opts.signal,
+        ...(failFast.length ? { stopOnFail: failFast.map((id) => installedCaseId(staged.map, id)).filter((id): id is string => id !== null) } : {}),
         onProgress: (d, t) => opts.onProgress?.(`${name}: ${d}/${t} tests`, "tick"),
       });
     } finally {
@@ -329,13 +353,15 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
         ? hashEvidenceOnly(staged, hashesAfter, name)
         : tamperEvidence({ session: name, ranks: plan.ranks, cases: r.cases, integrity: r.integrity, events: r.launch?.events, map: staged.map, canaries: plan.canaries, hashesBefore: staged.hashes, hashesAfter, extra, collectionErrors: collectionErrorIds(r.launch) });
     const canaryCases = r.cases.filter((c) => mapCaseId(staged.map, c.id)?.suite === "canary");
+    // Cut short (fail fast): a case no rank ran (missing, or stopped by the launcher on every rank) did not run.
+    const ran = r.launch?.status === "fail_fast" ? r.cases.filter((c) => c.ranks.some((x) => x.outcome !== "missing" && !x.killed)) : r.cases;
     const result: SessionResult = {
       key,
       mode: plan.mode,
       session: plan.name,
       ranks: plan.ranks,
       file: name,
-      cases: lostRecords ? [] : mapSession(staged.map, r.cases, plan.idPrefix, r.launch?.status, say),
+      cases: lostRecords ? [] : mapSession(staged.map, ran, plan.idPrefix, r.launch?.status, say),
       collection_errors: lostRecords ? [] : collectionErrors(r.launch, plan.idPrefix, say),
       launch_status: r.launch?.status ?? null,
       canaries: plan.canaries.map((c) => ({ id: c.real, expected: c.expected, ranks: canaryCases.find((m) => m.id === c.installed)?.ranks.map((rc) => rc.outcome) ?? [] })),

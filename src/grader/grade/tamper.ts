@@ -55,7 +55,9 @@ export interface TamperInput {
   collectionErrors?: readonly string[];
 }
 
-const DISTURBING = new Set(["hang", "crash", "run_timeout", "interrupted"]);
+// fail_fast: a mutant's session the launcher stopped at its first failing case (runRanks stopOnFail,
+// task check only): the canaries after it never ran, the counts are partial.
+const DISTURBING = new Set(["hang", "crash", "run_timeout", "interrupted", "fail_fast"]);
 
 /** Ranks whose session the launcher had to stop (kill, restart, out of time): counts there are partial. */
 function disturbedRanks(events: readonly LaunchEvent[], ranks: number): Set<number> {

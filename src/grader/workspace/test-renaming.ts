@@ -87,6 +87,31 @@ export function mapCaseId(map: InstallMap, installed: string): MappedId | null {
 }
 
 /**
+ * The installed id of a real case id (the inverse of mapCaseId for the tests and probes; canaries
+ * and twins have no real id to start from), or null when nothing installed is that test.
+ */
+export function installedCaseId(map: InstallMap, real: string): string | null {
+  const parts = real.split("::");
+  const entry = Object.entries(map.files).find(([, f]) => f.real === parts[0] && f.suite !== "canary");
+  if (!entry) return null;
+  const [installedPath, file] = entry;
+  const out = [installedPath];
+  if (parts.length > 1) {
+    const [top, topParams] = splitParams(parts[1]!);
+    const installedTop = Object.keys(file.names).find((k) => file.names[k] === top) ?? (file.known.includes(top) ? top : null);
+    if (installedTop === null) return null;
+    out.push(`${installedTop}${topParams}`);
+    if (parts.length > 2) {
+      const [method, params] = splitParams(parts[2]!);
+      const methods = file.methods[installedTop] ?? {};
+      out.push(`${Object.keys(methods).find((k) => methods[k] === method) ?? method}${params}`);
+      out.push(...parts.slice(3));
+    }
+  }
+  return out.join("::");
+}
+
+/**
  * Every installed path and name in a text replaced by the real one (messages, tracebacks, collection
  * errors). Installed names are random, long and unique, so a plain replacement cannot hit anything else.
  */

@@ -195,7 +195,7 @@ describe("grading at several world sizes (real ranks)", () => {
     expect((JSON.parse(readFileSync(join(at23.artifactDir, "meta.json"), "utf8")) as GradeMeta).world_sizes).toEqual([2, 3]);
   }, 300_000);
 
-  it("early stop: failing an official test at the first world size skips every later session; a later full grade runs them", async () => {
+  it("early stop: failing an official test at the first world size stops that session there and skips every later one; a later full grade runs them", async () => {
     const patch = await meanPatch("in-place", IN_PLACE);
     const out = join(root, "out-stop");
     const stopped = await gradeSubmission({ task, patchFile: patch, outDir: out, calibration: cal23, sandboxFactory, stopEarly: true });
@@ -204,6 +204,15 @@ describe("grading at several world sizes (real ranks)", () => {
     expect(stopped.result).toMatchObject({ status: "graded", official: { resolved: false }, with_probes: { resolved: false } });
     expect(outcome(stopped.result, "ws2/tests/test_ops.py::test_all_mean_keeps_input")).toBe("failed");
     expect(outcome(stopped.result, "ws3/tests/test_ops.py::test_all_sum")).toBe("not_run");
+    // The session itself stopped at that failure (fail fast): what it never reached did not run,
+    // nothing else of it failed, and no canary it did not reach reads as tampering.
+    const session = JSON.parse(readFileSync(join(stopped.artifactDir, "sessions", "cpu.ws2.official.json"), "utf8")) as { launch_status: string; tamper_evidence: string[] };
+    expect(session.launch_status).toBe("fail_fast");
+    expect(session.tamper_evidence).toEqual([]);
+    const required = new Set(goldView(cal23).filter((g) => g.required).map((g) => g.id));
+    const others = stopped.result.cases.filter((x) => required.has(x.id) && x.id.startsWith("ws2/tests/") && x.id !== "ws2/tests/test_ops.py::test_all_mean_keeps_input");
+    expect(others.length).toBeGreaterThan(0);
+    for (const c of others) expect([c.id, ["passed", "not_run"].includes(c.outcome)]).toEqual([c.id, true]);
     // Another early-stopping grade reuses it; a grade without stopEarly does not.
     expect((await gradeSubmission({ task, patchFile: patch, outDir: out, calibration: cal23, sandboxFactory, stopEarly: true })).reused).toBe(true);
     const full = await gradeSubmission({ task, patchFile: patch, outDir: out, calibration: cal23, sandboxFactory });
@@ -211,7 +220,8 @@ describe("grading at several world sizes (real ranks)", () => {
     expect(full.result.partial).toBeUndefined();
     expect(sessionFiles(full.artifactDir)).toHaveLength(4);
     expect(outcome(full.result, "ws3/tests/test_ops.py::test_all_sum")).toBe("passed");
-    expect((JSON.parse(readFileSync(join(full.artifactDir, "meta.json"), "utf8")) as GradeMeta).reused_sessions).toEqual(["cpu.ws2.official"]);
+    // The session cut short answers only another grade cut at the same cases: the full grade runs it again.
+    expect((JSON.parse(readFileSync(join(full.artifactDir, "meta.json"), "utf8")) as GradeMeta).reused_sessions).toEqual([]);
   }, 300_000);
 
   it("early stop: failing only a probe is resolved in Set A, not in Set B; a right patch runs every session", async () => {

@@ -4,7 +4,7 @@ import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CANARY_STYLES, MUST_PASS_STYLES, canariesOf, canaryModules, hashEvidence, hashTree, mapCaseId, runInstaller, unmapText, type InstallMap } from "../../../src/grader/workspace/test-renaming.js";
+import { CANARY_STYLES, MUST_PASS_STYLES, canariesOf, canaryModules, hashEvidence, hashTree, installedCaseId, mapCaseId, runInstaller, unmapText, type InstallMap } from "../../../src/grader/workspace/test-renaming.js";
 import { tamperEvidence, type RankIntegrityRecord, type TamperInput } from "../../../src/grader/grade/tamper.js";
 import type { MergedCase } from "../../../src/runner/merge.js";
 
@@ -121,6 +121,10 @@ describe("install under random names (infradev_grading.py)", () => {
     expect(installed.map((id) => mapCaseId(map, id)!.id).sort()).toEqual(real);
     expect(real).toContain("tests/test_shapes.py::test_alpha[a]");
     expect(real).toContain("tests/crlf_test.py::TestMarked::test_closest");
+    // And back: each real id names exactly the installed one (task check's fail-fast list, issue 23).
+    for (const id of installed) expect(installedCaseId(map, mapCaseId(map, id)!.id)).toBe(id);
+    expect(installedCaseId(map, "tests/test_shapes.py::test_no_such")).toBeNull();
+    expect(installedCaseId(map, "tests/no_such.py::test_alpha")).toBeNull();
   });
 
   it("the renamed tests still pass (references followed), and markers are kept by the host, closest first", () => {
