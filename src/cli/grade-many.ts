@@ -12,8 +12,9 @@ export function registerGradeManyCommands(program: Command): void {
         "(or SWE-bench's {instance_id, model_name_or_path, model_patch}; patch null = none), or a folder of <task>--<model>.patch and/or *.jsonl files; " +
         "each becomes runs/<task>--<model>--r<k>/ with run.json, patch.diff and grade.json",
     )
-    .requiredOption("--predictions <file|dir>", "the predictions: a .jsonl file, or a folder of <task>--<model>.patch / *.jsonl files");
-  addCampaignOptions(cmd, engineNames()).action(async (opts: CampaignCliOptions & { predictions: string }) => {
+    .requiredOption("--predictions <file|dir>", "the predictions: a .jsonl file, or a folder of <task>--<model>.patch / *.jsonl files")
+    .option("--repeat-identical", "grade predictions with the same task, model and patch again as r2, r3… (refused without it: they would count twice)");
+  addCampaignOptions(cmd, engineNames()).action(async (opts: CampaignCliOptions & { predictions: string; repeatIdentical?: boolean }) => {
     const { runGradeMany } = await import("../campaign/matrix/grade-many.js");
     const say = (line: string) => process.stderr.write(`[grade-many] ${line}\n`);
     const sig = campaignSignal(say, `infradev eval --cancel --out ${opts.out}`);
@@ -21,6 +22,7 @@ export function registerGradeManyCommands(program: Command): void {
       const s = await runGradeMany({
         campaignDir: opts.out,
         predictions: opts.predictions,
+        repeatIdentical: opts.repeatIdentical,
         tasksDir: opts.tasksDir ? resolve(opts.tasksDir) : null,
         engine: opts.engine,
         concurrency: opts.concurrency,

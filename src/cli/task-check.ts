@@ -45,6 +45,7 @@ interface CheckCliOptions extends GraderCliOptions {
   jobs?: number;
   minMutationScore?: number;
   hostPython?: string;
+  static?: boolean;
 }
 
 export function registerTaskCheckCommands(tasks: Command): void {
@@ -58,6 +59,7 @@ export function registerTaskCheckCommands(tasks: Command): void {
     .option("--html <file>", "also write the report as one HTML page")
     .option("--mutants <n>", "grade at most n mutants: a seeded sample (default: all)", nonNegativeInt("--mutants"))
     .option("--no-mutants", "skip the mutants (the rest of the check only)")
+    .option("--static", "only the checks that run nothing (seconds): probe markers, promises, author traps, the golden patch's contract and leaks; exit 1 on an error")
     .option("--seed <n>", "seed of the mutant sample", nonNegativeInt("--seed"), 0)
     .option("--time-limit <minutes>", "stop starting mutants after this long (those left are reported not run; graded ones are reused next time)", minutes)
     .option("--jobs <n>", "grades at once (default: half the cores, at least 1; a GPU task: 1)", positiveInt("--jobs"))
@@ -83,6 +85,7 @@ export function registerTaskCheckCommands(tasks: Command): void {
       timeLimitSec: opts.timeLimit ? opts.timeLimit * 60 : undefined,
       jobs: opts.jobs,
       minMutationScore: opts.minMutationScore,
+      staticOnly: opts.static === true,
       onProgress: progress.progress,
     }).finally(() => progress.done());
     if (opts.html) writeFileSync(resolve(opts.html), checkHtml(report));

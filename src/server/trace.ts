@@ -1,6 +1,7 @@
 import { appendFileSync } from "node:fs";
 import type { TraceSink } from "../tools/support/deps.js";
 
+/** One string's cap in a trace line (a tool's result is capped below it by the tool wrapper, head + tail). */
 const MAX_ARG_CHARS = 4000;
 
 /** Long arguments (a heredoc in run_shell) are cut in the trace; the trace is for reading, not replay. */

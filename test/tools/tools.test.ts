@@ -261,5 +261,18 @@ describe("tools", () => {
       expect(c.args).toBeTypeOf("object");
     }
     expect(calls.find((c) => c.tool === "run_shell" && c.exit_code === 3)).toMatchObject({ stdout_bytes: 4, stderr_bytes: 4 });
+    // Each line keeps the result the agent saw (head + tail past the cap), not only its size.
+    for (const c of calls) expect(typeof c.result, c.tool).toBe("string");
+    expect(calls.filter((c) => c.tool === "get_task").every((c) => c.result.includes("grad-bucketing") || c.result.includes("Bucket"))).toBe(true);
+    for (const c of calls) expect(c.result.length, c.tool).toBeLessThanOrEqual(4_000);
+  });
+
+  it("a result past the trace's cap keeps its head and its tail, and says it was cut", async () => {
+    const r = await call("run_shell", { command: "python3 -c \"print('HEAD'); print('x' * 20000); print('TAIL')\"" });
+    expect(r.isError).toBeFalsy();
+    const last = readFileSync(s.session.session.tracePath, "utf8").trim().split("\n").map((l) => JSON.parse(l)).filter((l) => l.tool === "run_shell").at(-1);
+    expect(last.result_truncated).toBe(true);
+    expect(last.result).toMatch(/^[\s\S]*HEAD[\s\S]*chars omitted[\s\S]*TAIL[\s\S]*$/);
+    expect(last.result_text_bytes).toBeGreaterThan(4_000);
   });
 });

@@ -64,6 +64,10 @@ export async function runAttempt(
   opts: { deadline: number; eventsFile: string; stderrFile: string; tally: EventTally; signal?: AbortSignal; onStop?: () => Promise<void> },
 ): Promise<AttemptResult> {
   const started_at = new Date().toISOString();
+  // Both files exist after any attempt, even when the harness wrote nothing to one of them (OpenCode
+  // writes no stderr at all): "no file" would read as "not captured".
+  appendFileSync(opts.eventsFile, "");
+  appendFileSync(opts.stderrFile, "");
   const child = spawn(argv[0]!, argv.slice(1), { cwd: harness.cwd, env: harness.env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
   const pid = child.pid ?? null;
   let stderrTail = "";

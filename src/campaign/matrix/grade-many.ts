@@ -41,6 +41,8 @@ export interface CampaignCommandOptions {
 export interface GradeManyOptions extends CampaignCommandOptions {
   campaignDir: string;
   predictions: string;
+  /** Grade identical predictions (same task, model and patch) as repeats instead of refusing them. */
+  repeatIdentical?: boolean;
 }
 
 export interface CampaignSummary {
@@ -97,7 +99,7 @@ function gradeResultFile(runDir: string, taskId: string, patch: string | null): 
 
 export async function runGradeMany(opts: GradeManyOptions): Promise<CampaignSummary> {
   const paths = campaignPaths(resolve(opts.campaignDir));
-  const preds = readPredictions(opts.predictions);
+  const preds = readPredictions(opts.predictions, opts.predictions, { repeatIdentical: opts.repeatIdentical });
   const tasks = new Map<string, GraderTask>();
   for (const p of preds) {
     if (tasks.has(p.task_id)) continue;

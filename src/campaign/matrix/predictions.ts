@@ -77,7 +77,7 @@ function readJsonl(file: string, label: string): Raw[] {
 }
 
 /** Every prediction in a .jsonl file or a folder (see the module comment), numbered into run ids. */
-export function readPredictions(path: string, label = path): Prediction[] {
+export function readPredictions(path: string, label = path, opts: { repeatIdentical?: boolean } = {}): Prediction[] {
   let raw: Raw[];
   let st;
   try {
@@ -104,7 +104,27 @@ export function readPredictions(path: string, label = path): Prediction[] {
     raw = readJsonl(path, label);
     if (!raw.length) throw new UsageError(`--predictions ${label}: no prediction in it (one JSON object per line)`);
   }
+  checkIdentical(raw, opts.repeatIdentical ?? false);
   return numberPredictions(raw);
+}
+
+/**
+ * Two predictions with the same task, model and patch are one submission given twice (a file pasted
+ * twice, two folders of the same predictions): graded as r1 and r2 it would count twice in every rate.
+ * Refused, naming both places, unless the caller means it (`repeatIdentical`: grade it again, e.g. to
+ * see the grader's own noise).
+ */
+export function checkIdentical(preds: Raw[], repeatIdentical: boolean): void {
+  if (repeatIdentical) return;
+  const seen = new Map<string, string>();
+  for (const p of preds) {
+    const key = JSON.stringify([p.task_id, p.model, p.patch]);
+    const first = seen.get(key);
+    if (first !== undefined) {
+      throw new UsageError(`${p.source}: the same task, model and patch as ${first}: graded as r1 and r2 it would count twice in every rate; remove one, or pass --repeat-identical to grade it again on purpose`);
+    }
+    seen.set(key, p.source);
+  }
 }
 
 /** Run ids: `<task>--<model part>--r<k>`, k counting the same task and model from 1. */

@@ -21,6 +21,7 @@ export function checkText(r: CheckReport): string {
   const out: string[] = [];
   out.push(`task check ${r.task} (${r.task_dir}) — world size(s) ${r.world_sizes.join(", ")}`);
   out.push("");
+  if (r.stage === "static") out.push("static checks only (--static): markers, promises, author traps, the golden patch's analysis; gold, the controls and the mutants were not run");
   if (r.gold) out.push(`gold: ${r.gold.runs} runs, ${r.gold.cases} cases (${r.gold.probes} probe cases), ${r.gold.flaky.length} flaky, ${r.gold.skipped_probes.length} skipped probes${r.gold.calibration_cached ? " (cached calibration)" : ""}`);
   out.push("");
   out.push("promise coverage (promise → probes → adversarial patches and mutants its probes catch):");

@@ -170,7 +170,31 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   };
   const { promises, probesOf } = checkPromisesAndMarkers(ctx);
   checkAuthorTraps(ctx);
-  const golden = await analyseGolden(ctx);
+  const golden = await analyseGolden(opts.staticOnly ? { ...ctx, opts: { ...opts, runMutants: false } } : ctx);
+  // What the static checks found is said now, not after gold's calibration (minutes): a marker typo
+  // is fixed before anything runs.
+  const staticErrors = findings.filter((f) => f.level === "error");
+  for (const f of staticErrors) ctx.say(`${task.id}: static check: [${f.area}] ${f.message}`);
+  if (opts.staticOnly) {
+    ctx.say(`${task.id}: static checks done: ${staticErrors.length} error(s); nothing was run (--static)`);
+    return writeReport(opts, {
+      task: task.id,
+      task_dir: task.taskDir,
+      passed: staticErrors.length === 0,
+      stage: "static",
+      started_at: new Date(started).toISOString(),
+      duration_s: (Date.now() - started) / 1000,
+      world_sizes: ctx.worldSizes,
+      findings,
+      coverage: promiseCoverage(ctx, promises, probesOf, [], null),
+      gold: null,
+      submissions: [],
+      mutants: null,
+      contract: golden.contract,
+      leaks: golden.leaks,
+    });
+  }
+  if (staticErrors.length) ctx.say(`${task.id}: ${staticErrors.length} static error(s) above; the check goes on (--static stops here)`);
   const gold = await calibrateGold(ctx);
   const grade = serialGrader(ctx, gold);
   const submissions = await gradeControls(ctx, gold, grade, golden.hollow);
@@ -183,6 +207,7 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     task: task.id,
     task_dir: task.taskDir,
     passed: !findings.some((f) => f.level === "error"),
+    stage: "full",
     started_at: new Date(started).toISOString(),
     duration_s: (Date.now() - started) / 1000,
     world_sizes: worldSizes,
@@ -194,6 +219,10 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
     contract,
     leaks,
   };
+  return writeReport(opts, report);
+}
+
+function writeReport(opts: CheckOptions, report: CheckReport): CheckReport {
   writeJsonAtomic(join(opts.outDir, "report.json"), report);
   return report;
 }

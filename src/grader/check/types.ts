@@ -58,6 +58,8 @@ export interface CheckReport {
   task: string;
   task_dir: string;
   passed: boolean;
+  /** `static`: only the checks that run nothing (`--static`): gold, controls and mutants were not run. */
+  stage: "static" | "full";
   started_at: string;
   duration_s: number;
   world_sizes: number[];
@@ -102,6 +104,8 @@ export interface CheckOptions {
   /** Grades at once (default: the machine's cores halved, at least 1; a GPU task: 1). */
   jobs?: number;
   minMutationScore?: number;
+  /** Only the static checks (markers, promises, traps, the golden patch's analysis): nothing is run in a sandbox. */
+  staticOnly?: boolean;
   onProgress?: Progress;
   /** Test hook / later phases: the world sizes the grader runs (default: the task's). */
   worldSizes?: number[];

@@ -3,7 +3,7 @@ import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/proto
 import type { CallToolResult, ServerNotification, ServerRequest, ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
 import type { z } from "zod";
 import type { ToolDeps } from "./deps.js";
-import { errorResult } from "./result.js";
+import { capText, errorResult } from "./result.js";
 
 /** What a handler gets besides its arguments. */
 export interface ToolContext {
@@ -37,11 +37,16 @@ type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
  */
 export const PROGRESS_SETTLE_MS = 40;
 
-function byteLength(result: CallToolResult): number {
-  let n = 0;
-  for (const c of result.content) if (c.type === "text") n += Buffer.byteLength(c.text);
-  return n;
+function resultText(result: CallToolResult): string {
+  return result.content.flatMap((c) => (c.type === "text" ? [c.text] : [])).join("\n");
 }
+
+/**
+ * What the trace keeps of a result's text: its head and tail (a log's end says what went wrong),
+ * under the trace's own cap on one string (server/trace.ts), so a reader of trace.jsonl sees what
+ * the agent saw, not only how big it was.
+ */
+export const TRACE_RESULT_CHARS = 3_800;
 
 /**
  * The one wrapper every tool goes through: logs start / finish / duration, appends the call to the
@@ -99,6 +104,8 @@ export function registerTool<I extends z.ZodObject, O extends z.ZodObject>(
     const durationMs = Date.now() - started;
     const isError = result.isError === true;
     log.info({ duration_ms: durationMs, is_error: isError }, "tool finish");
+    const text = resultText(result);
+    const capped = capText(text, TRACE_RESULT_CHARS);
     try {
       deps.trace.append({
         ts: new Date(started).toISOString(),
@@ -106,7 +113,9 @@ export function registerTool<I extends z.ZodObject, O extends z.ZodObject>(
         args,
         duration_ms: durationMs,
         is_error: isError,
-        result_text_bytes: byteLength(result),
+        result_text_bytes: Buffer.byteLength(text),
+        result: capped.text,
+        ...(capped.truncated ? { result_truncated: true } : {}),
         ...(traceExtra ?? {}),
       });
     } catch (e) {

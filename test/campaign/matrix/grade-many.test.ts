@@ -168,6 +168,19 @@ describe("grade-many", () => {
     expect(ok.stderr).toContain("2 of 2 prediction(s) already graded: reused");
   });
 
+  it("two identical predictions (same task, model and patch) are refused, naming both lines, unless --repeat-identical", async () => {
+    const twice = join(root, "twice.jsonl");
+    const line = readFileSync(preds, "utf8").split("\n")[0]!;
+    writeFileSync(twice, `${line}\n${line}\n`);
+    expect(() => readPredictions(twice)).toThrow(/twice\.jsonl:2: the same task, model and patch as .*twice\.jsonl:1/);
+    expect(readPredictions(twice, twice, { repeatIdentical: true }).map((p) => p.run_id)).toEqual(["tiny-mean--gold--r1", "tiny-mean--gold--r2"]);
+    const err = (await run(process.execPath, [CLI, "grade-many", "--predictions", twice, "--out", join(root, "twice-campaign"), "--tasks-dir", FIXTURES]).catch((e) => e)) as { code: number; stderr: string };
+    expect(err.code).toBe(2);
+    expect(err.stderr.trim().split("\n")).toHaveLength(1);
+    expect(err.stderr).toMatch(/--repeat-identical/);
+    expect(existsSync(join(root, "twice-campaign"))).toBe(false);
+  });
+
   it("a folder of predictions: <task>--<model>.patch and *.jsonl files; anything else is named and refused", () => {
     const dir = join(root, "pred-dir");
     mkdirSync(dir);

@@ -144,6 +144,13 @@ function expectGoldenRun(d: string, harness: "codex" | "opencode", version: stri
   const offered = new Set(served.flatMap((s) => s.tools_offered));
   for (const own of ["exec_command", "shell", "bash", "write", "edit", "read"]) expect(offered.has(own), own).toBe(false);
   expect(existsSync(join(d, "harness-events.jsonl"))).toBe(true);
+  // docs/agents.md lists both; OpenCode writes nothing to stderr, the file is there all the same.
+  expect(existsSync(join(d, "harness-stderr.log"))).toBe(true);
+  // The trace keeps each call's result (capped), not only its size: run_shell's shows the command's output.
+  const calls = readFileSync(join(d, "trace.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { tool?: string; result?: string; exit_code?: number });
+  for (const c of calls.filter((x) => x.tool)) expect(typeof c.result, c.tool).toBe("string");
+  expect(calls.find((c) => c.tool === "get_task")!.result).toContain("all_mean");
+  expect(calls.find((c) => c.tool === "run_shell")!.exit_code).toBe(0);
 }
 
 describe.skipIf(codexEntry() === null || opencodeBinary() === null)("infradev run with the real Codex and OpenCode (skipped only when @openai/codex or opencode-ai is not installed: npm install)", () => {

@@ -1,5 +1,5 @@
 import { REPO_ROOT, TEST_FIXTURES } from "../../helpers/paths.js";
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { execa } from "execa";
@@ -137,6 +137,41 @@ describe("task check fails a task with each defect, naming it", () => {
     for (const s of survivors) expect(s.diff).toMatch(/^-.*\n\+/m);
     // The weak probe lets the sum through as well: the adversarial patch is resolved in Set B.
     has(/\[adversarial\] adversarial sum-not-mean: resolved in Set B: no probe catches it/);
+  });
+});
+
+describe("task check --static", () => {
+  it("finds a probe-marker typo in seconds, before anything runs: exit 1, nothing calibrated or graded", async () => {
+    const tasksDir = copyTask("static");
+    const probes = join(tasksDir, "check-mean", "hidden", "probes", "test_probe_mean.py");
+    writeFileSync(probes, readFileSync(probes, "utf8").replace('kind="condition"', 'kind="conditional"'));
+    const out = join(root, "static-out");
+    const cal = join(root, "static-calibration");
+    const r = await execa("node", [CLI, "task", "check", "check-mean", "--tasks-dir", tasksDir, "--static", "--out", out, "--calibration-dir", cal], { reject: false });
+    expect(r.exitCode, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/static check: \[markers\] .*test_dtype_and_shape_kept: probe marker: kind "conditional"/);
+    expect(r.stdout).toMatch(/static checks only \(--static\)/);
+    expect(r.stderr).not.toMatch(/calibrating gold/);
+    expect(existsSync(cal)).toBe(false);
+    const report = JSON.parse(readFileSync(join(out, "report.json"), "utf8")) as CheckReport;
+    expect([report.stage, report.passed, report.gold, report.submissions, report.mutants]).toEqual(["static", false, null, [], null]);
+  });
+
+  it("the full check says a static error before gold's calibration starts", async () => {
+    const tasksDir = copyTask("static-first");
+    const probes = join(tasksDir, "check-mean", "hidden", "probes", "test_probe_mean.py");
+    writeFileSync(probes, readFileSync(probes, "utf8").replace('kind="condition"', 'kind="conditional"'));
+    const said: string[] = [];
+    const task = loadGraderTask("check-mean", tasksDir);
+    // Stopped as soon as calibration is announced: the order of the messages is what is tested.
+    await checkTask({ task, outDir: join(root, "static-first"), calibrationDir: join(root, "calibration"), sandboxFactory: graderSandboxFactory("local", [root]), runMutants: false, onProgress: (m) => {
+      said.push(m);
+      if (/calibrating gold/.test(m)) throw new Error("stop here");
+    } }).catch((e: Error) => expect(e.message).toBe("stop here"));
+    const marker = said.findIndex((m) => /static check: \[markers\]/.test(m));
+    const calibrating = said.findIndex((m) => /calibrating gold/.test(m));
+    expect(marker, said.join("\n")).toBeGreaterThanOrEqual(0);
+    expect(marker).toBeLessThan(calibrating);
   });
 });
 
