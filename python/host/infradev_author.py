@@ -126,7 +126,38 @@ def class_level(cls):
     return [dump(n) for n in cls.body if not isinstance(n, FUNC_TYPES)] + [dump(d) for d in cls.decorator_list] + [dump(b) for b in cls.bases]
 
 
+def doc_line(node):
+    doc = ast.get_docstring(node) or ""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+def all_tests(rel, tree):
+    """Every test pytest would collect in the module, as (node id, docstring's first paragraph)."""
+    out = []
+    classes = test_classes(tree)
+    for n in tree.body:
+        if isinstance(n, FUNC_TYPES) and is_test_name(n.name):
+            out.append({"node": "%s::%s" % (rel, n.name), "doc": doc_line(n)})
+        elif isinstance(n, ast.ClassDef) and n.name in classes:
+            for f in n.body:
+                if isinstance(f, FUNC_TYPES) and is_test_name(f.name):
+                    out.append({"node": "%s::%s::%s" % (rel, n.name, f.name), "doc": doc_line(f)})
+    return out
+
+
 def select_file(rel, old, new):
+    result = select_nodes(rel, old, new)
+    tree = M.parse(new, rel)
+    every = all_tests(rel, tree)
+    if result["whole"]:
+        result["tests"] = every
+    else:
+        picked = set(result["nodes"])
+        result["tests"] = [t for t in every if t["node"] in picked or any(t["node"].startswith(p + "::") for p in picked)]
+    return result
+
+
+def select_nodes(rel, old, new):
     tree = M.parse(new, rel)
     if old is None:
         return {"file": rel, "whole": True, "reason": "new test module", "nodes": [rel]}
@@ -197,7 +228,7 @@ def cmd_select(args):
     for rel in args.files:
         new = read_opt(args.post, rel)
         if new is None:
-            out.append({"file": rel, "whole": False, "reason": "deleted by the PR", "nodes": []})
+            out.append({"file": rel, "whole": False, "reason": "deleted by the PR", "nodes": [], "tests": []})
             continue
         out.append(select_file(rel, read_opt(args.base, rel), new))
     return {"files": out}

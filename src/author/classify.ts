@@ -25,7 +25,7 @@ export function isCodePath(path: string): boolean {
 }
 
 /** Path words that mark distributed, parallel or memory code. */
-const INFRA_PATH = /(^|[/_.-])(distributed|dist|parallel|parallel_state|fsdp|ddp|zero|shard\w*|pipeline\w*|tensor_parallel|comm\w*|collective\w*|nccl|rpc|memory|mem|alloc\w*|buffer\w*|cache\w*|kv\w*|paged\w*|offload\w*|cuda_graph\w*|graphs?|quantiz\w*|optimizer\w*|param_and_grad\w*|rollout\w*|resharding)([/_.-]|$)/i;
+const INFRA_PATH = /(^|[/_.-])(distributed|dist|parallel|parallel_state|fsdp|ddp|zero|shard\w*|pipeline\w*|tensor_parallel|comm\w*|collective\w*|nccl|rpc|memory|mem|alloc\w*|buffer\w*|bucket\w*|cache\w*|kv\w*|paged\w*|offload\w*|cuda_graph\w*|graphs?|quantiz\w*|optimizer\w*|param_and_grad\w*|rollout\w*|resharding)([/_.-]|$)/i;
 
 /** Calls and names in the diff's lines that mark distributed, parallel or memory code. */
 const INFRA_CODE = /\b(all_reduce|all_gather\w*|reduce_scatter\w*|broadcast|all_to_all\w*|barrier|send|recv|isend|irecv|process_group|new_group|get_\w*parallel\w*_(?:group|rank|world_size)|world_size|data_parallel\w*|tensor_parallel\w*|pipeline_parallel\w*|expert_parallel\w*|context_parallel\w*|torch\.distributed|dist\.\w+|cuda\.(?:synchronize|Stream|Event|graph|CUDAGraph|memory\w*|empty_cache|max_memory\w*)|empty_cache|pin_memory|non_blocking|record_stream|storage\(\)|untyped_storage|data_ptr|numel\(\)|memory|alloc\w*|evict\w*|ref_counts?|block_(?:ids?|table|bag)|kv_cache|bucket\w*|shard\w*|main_grad|grad_buffer|fp32|bf16|bfloat16|float32|overlap_\w+)\b/g;

@@ -76,10 +76,11 @@ function counts(cases: RunRanksResult["cases"]): Record<string, number> {
   return out;
 }
 
+/** A failure's message on one line (pytest's crash message: "AssertionError: why | assert …"), capped. */
 function messageOf(c: RunRanksResult["cases"][number]): string {
   const r = c.ranks.find((x) => x.outcome !== "passed") ?? c.ranks[0];
-  const text = (r?.message || r?.excerpt || c.reason || "").trim().split("\n").filter(Boolean).pop() ?? "";
-  return text.length > 240 ? `${text.slice(0, 237)}...` : text;
+  const text = (r?.message || r?.excerpt || c.reason || "").split("\n").map((l) => l.trim()).filter(Boolean).join(" | ");
+  return text.length > 300 ? `${text.slice(0, 297)}...` : text;
 }
 
 async function session(tree: string, nodes: string[], o: RunOptions, label: string): Promise<{ summary: SessionSummary; outcomes: Map<string, { outcome: CaseOutcome; message: string }> }> {

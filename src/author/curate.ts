@@ -86,7 +86,7 @@ function inDir(path: string, dir: string): boolean {
 }
 
 /** The columns of one change that need no further git call. */
-function staticColumns(c: MainlineChange, reverted: ReturnType<typeof findReverts>, core: string, o: Required<Pick<CurateOptions, "minLines" | "maxLines" | "maxFiles">>) {
+function staticColumns(c: MainlineChange, reverted: ReturnType<typeof findReverts>, reverts: ReadonlyMap<string, string>, core: string, o: Required<Pick<CurateOptions, "minLines" | "maxLines" | "maxFiles">>) {
   const code = c.files.filter((f) => isCodePath(f.path));
   const codeLines = code.reduce((s, f) => s + f.added + f.deleted, 0);
   const coreLines = code.filter((f) => inDir(f.path, core)).reduce((s, f) => s + f.added + f.deleted, 0);
@@ -95,9 +95,12 @@ function staticColumns(c: MainlineChange, reverted: ReturnType<typeof findRevert
   const testModules = testFiles.filter(isTestModule);
   const kind: Candidate["kind"] = c.parents.length > 1 ? "merge" : "squash";
   const rev = reverted.get(c.sha);
+  const undoes = reverts.get(c.sha);
   const merged: Column = rev
     ? { ok: false, reason: `reverted later by ${rev.sha.slice(0, 10)} "${rev.subject.slice(0, 60)}"` }
-    : c.parents.length === 0
+    : undoes
+      ? { ok: false, reason: `it is a revert (of ${undoes})` }
+      : c.parents.length === 0
       ? { ok: false, reason: "the repository's first commit (no parent to diff against)" }
       : { ok: true, reason: `${kind === "merge" ? "merge commit" : "squash commit"} on the main line, not reverted later` };
   const share = codeLines ? coreLines / codeLines : 0;
@@ -190,17 +193,21 @@ export async function curate(opts: CurateOptions): Promise<{ core: string; scann
   say(`reading the main line of ${o.repoLabel}${o.since ? ` since ${o.since}` : ""}`);
   const all = await mainlineChanges(o.gitDir, { branch, since: o.since });
   const reverted = findReverts(all);
+  // The reverting commits themselves: sha → what they revert (a revert is no task).
+  const reverts = new Map<string, string>();
+  for (const [target, r] of reverted) reverts.set(r.sha, [reverts.get(r.sha), target.slice(0, 10)].filter(Boolean).join(", "));
+  for (const c of all) if (/^revert\b/i.test(c.subject) && !reverts.has(c.sha)) reverts.set(c.sha, "a change its subject names");
   const touching = o.paths?.length ? await shasTouching(o.gitDir, { branch, since: o.since, globs: o.paths }) : null;
   let pool = all.map((c, i) => ({ c, i })).filter(({ c }) => !touching || touching.has(c.sha));
   if (o.only?.length) pool = pool.filter(({ c }) => o.only!.some((p) => c.sha.startsWith(p.toLowerCase())));
   const candidates: Candidate[] = [];
   for (const { c, i } of pool) {
-    const s = staticColumns(c, reverted, core, o);
+    const s = staticColumns(c, reverted, reverts, core, o);
     const later = all.slice(0, i);
     const cand: Candidate = {
       rank: 0, sha: c.sha, base: c.parents[0] ?? "", kind: s.kind, pr: c.pr, date: c.date, subject: c.subject,
       columns: { merged: s.merged, size: s.size, tests: s.tests, infra: { ok: false, reason: "not looked at (a hard filter fails)" }, built_on: builtOn(c, later, o.builtOnDays) },
-      size: s.sizes, test_files: s.testFiles, test_modules: s.testModules, verdict: "candidate", why: "", suggested_id: suggestedId(c.subject), commands: [],
+      size: s.sizes, test_files: s.testFiles, test_modules: s.testModules, verdict: "candidate", why: "", suggested_id: suggestedId(/^Merge (pull request|branch)/.test(c.subject) && c.body ? c.body.split("\n")[0]! : c.subject), commands: [],
     };
     const fail = hardFailure(cand.columns);
     if (!fail) cand.columns.infra = await infraColumn(o.gitDir, c);

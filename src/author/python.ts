@@ -13,15 +13,20 @@ export function hostPython(python?: string): string {
 }
 
 export async function runAuthorHelper<T>(python: string | undefined, args: string[]): Promise<T> {
+  return runHostScript<T>("infradev_author.py", python, args);
+}
+
+/** One command of a stdlib-only helper of python/host (infradev_author.py, infradev_mutate.py), JSON back. */
+export async function runHostScript<T>(script: "infradev_author.py" | "infradev_mutate.py", python: string | undefined, args: string[]): Promise<T> {
   const exe = hostPython(python);
-  const r = await execa(exe, ["-I", "-S", join(hostPythonDir(), "infradev_author.py"), ...args], {
+  const r = await execa(exe, ["-I", "-S", join(hostPythonDir(), script), ...args], {
     reject: false,
     maxBuffer: 256 * 1024 * 1024,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     extendEnv: false,
   });
   if ((r as { code?: string }).code === "ENOENT") throw new Error(`cannot run the Python interpreter "${exe}": pass --host-python, or set INFRADEV_HOST_PYTHON to a Python >= 3.9`);
-  if (r.exitCode !== 0) throw new Error(`infradev_author.py ${args[0]} failed (exit ${r.exitCode ?? r.signal}): ${String(r.stderr).trim() || r.shortMessage}`);
+  if (r.exitCode !== 0) throw new Error(`${script} ${args[0]} failed (exit ${r.exitCode ?? r.signal}): ${String(r.stderr).trim() || r.shortMessage}`);
   return JSON.parse(String(r.stdout)) as T;
 }
 
@@ -32,6 +37,8 @@ export interface SelectedTests {
   /** pytest node ids: the module, a class, or single tests. Empty for a deleted module. */
   nodes: string[];
   why?: Record<string, string>;
+  /** The tests the selection covers (every test of a module selected whole), with their docstring's first line. */
+  tests: Array<{ node: string; doc: string }>;
 }
 
 export interface InterfaceSymbol {

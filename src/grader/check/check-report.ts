@@ -20,6 +20,7 @@ const LEVEL_TAG: Record<Finding["level"], string> = { error: "FAIL", warning: "w
 export function checkText(r: CheckReport): string {
   const out: string[] = [];
   out.push(`task check ${r.task} (${r.task_dir}) — world size(s) ${r.world_sizes.join(", ")}`);
+  if (r.static_only) out.push("static half only (--static): promises, markers, traps, contract, leaks, hollow; nothing was graded");
   out.push("");
   if (r.gold) out.push(`gold: ${r.gold.runs} runs, ${r.gold.cases} cases (${r.gold.probes} probe cases), ${r.gold.flaky.length} flaky, ${r.gold.skipped_probes.length} skipped probes${r.gold.calibration_cached ? " (cached calibration)" : ""}`);
   out.push("");

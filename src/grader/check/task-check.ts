@@ -13,6 +13,7 @@ import { gradeSubmission } from "../grade/grade.js";
 import { generateHollow, generateMutants, type Mutant, type MutantSkips } from "./mutants.js";
 import { acceptanceProblems, failingCases, type FailingCases } from "./acceptance-rules.js";
 import { scanProbeMarkers, type MarkerScan } from "./probe-markers.js";
+import { authorPlaceholders } from "./placeholders.js";
 import { collectiveTimeouts, interfaceContract, promptLeaks, withTaskTrees, type AnalysisOptions } from "./task-analysis.js";
 import type { Calibration, GradeResult } from "../grade/types.js";
 import { prefixed, type Progress } from "../../lib/progress.js";
@@ -198,6 +199,51 @@ export async function checkTask(opts: CheckOptions): Promise<CheckReport> {
   return report;
 }
 
+/**
+ * The static half of `task check`: promises and probe markers, author traps (placeholders left by
+ * `task new` among them), and the golden patch's analysis (interface contract, leaks into the prompt,
+ * collective timeouts, the generated hollow) — nothing graded, no GPU needed. `passed` is whether
+ * that half finds no error; the full check can still fail on what only running shows.
+ */
+export async function checkTaskStatic(opts: CheckOptions): Promise<CheckReport> {
+  const { task } = opts;
+  const started = Date.now();
+  const findings: Finding[] = [];
+  const scratch = join(opts.outDir, "work");
+  mkdirSync(scratch, { recursive: true });
+  const ctx: CheckContext = {
+    task,
+    spec: task.fullSpec,
+    opts: { ...opts, runMutants: false },
+    worldSizes: opts.worldSizes ? [...opts.worldSizes].sort((a, b) => a - b) : gradedWorldSizes(task.fullSpec),
+    scratch,
+    add: (level, area, message) => findings.push({ level, area, message }),
+    say: (m) => opts.onProgress?.(m),
+  };
+  const { promises, probesOf } = checkPromisesAndMarkers(ctx);
+  checkAuthorTraps(ctx);
+  const golden = await analyseGolden(ctx);
+  const coverage = promiseCoverage(ctx, promises, probesOf, [], null);
+  const report: CheckReport = {
+    task: task.id,
+    task_dir: task.taskDir,
+    passed: !findings.some((f) => f.level === "error"),
+    static_only: true,
+    started_at: new Date(started).toISOString(),
+    duration_s: (Date.now() - started) / 1000,
+    world_sizes: ctx.worldSizes,
+    findings,
+    coverage,
+    gold: null,
+    submissions: [],
+    mutants: null,
+    contract: golden.contract,
+    leaks: golden.leaks,
+  };
+  writeJsonAtomic(join(opts.outDir, "report.json"), report);
+  return report;
+}
+
 /** Promises, probe markers and their links (static: nothing runs). */
 function checkPromisesAndMarkers({ task, spec, opts, add }: CheckContext) {
   const promises = task.hidden.promises;
@@ -232,6 +278,7 @@ function checkAuthorTraps({ task, spec, worldSizes, add }: CheckContext): void {
       `the post-PR tests (${displayPath(task.hidden.testsDir)}) replace the whole test folder and drop ${dropped.length} file(s) the base has: ${dropped.join(", ")} — copy them into ${displayPath(task.hidden.testsDir)}/ to keep them, or, if the PR deletes them, list them (one per line) in ${spec.hidden.dir}/removed_tests.txt`,
     );
   }
+  for (const p of authorPlaceholders(task)) add("warning", "placeholders", p);
   if (!task.hidden.hollowPatch) add("warning", "hollow", `no ${spec.hidden.hollow_patch}: the check grades a hollow patch generated from the golden patch instead (keep it: infradev task hollow ${task.id} > ${displayPath(join(task.taskDir, spec.hidden.hollow_patch))})`);
 
 }

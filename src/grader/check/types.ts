@@ -58,6 +58,8 @@ export interface CheckReport {
   task: string;
   task_dir: string;
   passed: boolean;
+  /** Set by `task check --static`: only the static half ran (no grade, no gold, no mutants). */
+  static_only?: boolean;
   started_at: string;
   duration_s: number;
   world_sizes: number[];
