@@ -5,6 +5,7 @@
  *
  *   cli → campaign → server | grader → tools → runner → sandbox → task/public → lib
  *   grader, campaign (and cli) → task/hidden → task/public
+ *   author (curate, task new) → runner → sandbox → task/public → lib
  */
 const room = (name) => `^src/${name}/`;
 
@@ -17,6 +18,8 @@ const layers = [
   { name: "runner-is-below-tools", from: room("runner"), to: "^src/(?!lib/|sandbox/|runner/|task/public/)", comment: "the multi-rank runner sits on a sandbox; tools and the grader call it" },
   { name: "tools-are-below-the-server", from: room("tools"), to: "^src/(?!lib/|sandbox/|runner/|task/public/|tools/)", comment: "tools never import the server, the grader, campaigns or hidden task code" },
   { name: "server-never-reaches-the-grader", from: room("server"), to: "^src/(grader|task/hidden|campaign)/", comment: "nothing reachable from the MCP server may open a task's hidden part or know how grading works" },
+  { name: "author-tools-stand-apart", from: room("author"), to: "^src/(?!lib/|sandbox/|runner/|task/public/|author/)", comment: "the task author's tools (curate, task new) read git and run tests through the runner; they never reach the grader, the server, campaigns or hidden task code" },
+  { name: "nothing-imports-the-author-tools", from: "^src/(?!author/|cli/)", to: room("author"), comment: "curate and the scaffold are the author's: only the CLI calls them" },
   { name: "grader-is-not-a-server", from: room("grader"), to: "^src/(server|tools|campaign)/", comment: "the grader runs suites through runner/ and sandbox/, never through the agent's tools" },
 ];
 

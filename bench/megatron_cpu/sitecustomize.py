@@ -15,7 +15,7 @@ by running golden first and deselecting what golden fails here."""
 import sys, types, importlib.abc, importlib.machinery
 from unittest import mock
 
-PREFIXES = ("torch.distributed.checkpoint", "torch.distributed._tensor", "torch.distributed.tensor", "torch.distributed.fsdp._fully_shard", "torch.distributed.device_mesh", "torch._dynamo", "torch.distributed._composable", "torch.nn.attention", "torch.distributed.fsdp", "torch.distributed._symmetric_memory", "torch.utils._pytree", "torch.distributed.algorithms._checkpoint", "torch.distributed.nn", "torch.library", "torch._C._distributed_c10d", "einops", "packaging", "tensorstore", "zarr", "nvidia_resiliency_ext", "torch.distributed.elastic", "numpy.dtypes", "torch.utils._python_dispatch", "torch._subclasses", "torch.distributed._functional_collectives", "torch.export", "torch.fx.experimental", "torch.amp", "click", "wandb", "transformers", "datasets", "sentencepiece", "tiktoken", "nltk", "yaml", "omegaconf", "flask", "regex")
+PREFIXES = ("torch.distributed.checkpoint", "torch.distributed._tensor", "torch.distributed.tensor", "torch.distributed.fsdp._fully_shard", "torch.distributed.device_mesh", "torch._dynamo", "torch.distributed._composable", "torch.nn.attention", "torch.distributed.fsdp", "torch.distributed._symmetric_memory", "torch.utils._pytree", "torch.distributed.algorithms._checkpoint", "torch.distributed.nn", "torch.library", "torch._C._distributed_c10d", "einops", "packaging", "tensorstore", "zarr", "torch.distributed.elastic", "numpy.dtypes", "torch.utils._python_dispatch", "torch._subclasses", "torch.distributed._functional_collectives", "torch.export", "torch.fx.experimental", "torch.amp", "click", "wandb", "transformers", "datasets", "sentencepiece", "tiktoken", "nltk", "yaml", "omegaconf", "flask", "regex", "triton")
 
 FORCE = ("torch.distributed._shard",)
 
@@ -25,6 +25,7 @@ class _Loader(importlib.abc.Loader):
         m.__path__ = []
         m.__spec__ = spec
         m.__name__ = spec.name
+        m.__version__ = "0.0.0"
         return m
     def exec_module(self, module):
         pass
@@ -48,6 +49,10 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, _Finder())
 
+import typing as _typing
+if not hasattr(_typing, "override"):  # Python 3.12's typing.override (this Debian has 3.11)
+    _typing.override = lambda f: f
+
 import contextlib
 import torch
 import torch.distributed
@@ -60,6 +65,9 @@ if not hasattr(torch, "compile"):
     def _compile(fn=None, *a, **k):
         return fn if fn is not None else (lambda f: f)
     torch.compile = _compile
+for _n in ("DeviceMesh",):
+    if not hasattr(torch.distributed, _n):
+        setattr(torch.distributed, _n, type(_n, (), {}))
 import torch.cuda.memory as _cm
 for _n in ("CUDAPluggableAllocator", "MemPool", "use_mem_pool"):
     if not hasattr(_cm, _n):

@@ -15,6 +15,7 @@ type Register = (program: Command) => void;
  */
 export const COMMANDS: ReadonlyArray<{ name: string; aliases?: string[]; summary: string; load: () => Promise<Register> }> = [
   { name: "tasks", aliases: ["task"], summary: "list, inspect and check tasks (task check: the author's acceptance check)", load: async () => (await import("./tasks.js")).registerTasksCommands },
+  { name: "curate", summary: "rank a repository's merged changes as task candidates (the paper's filters, each with its reason); --run: fail→pass at base vs merge", load: async () => (await import("./curate.js")).registerCurateCommands },
   { name: "grade", summary: "grade one patch against gold's calibration (Set A and Set B)", load: async () => (await import("./grade.js")).registerGradeCommands },
   { name: "run", summary: "run an agent harness (Codex, OpenCode) on one task, then grade its patch", load: async () => (await import("./run.js")).registerRunCommands },
   { name: "eval", summary: "run agents × tasks (× repeats) as jobs on an engine into one campaign folder, in parallel, resumable; eval status", load: async () => (await import("./eval.js")).registerEvalCommands },

@@ -59,7 +59,7 @@ export function registerTaskCheckCommands(tasks: Command): void {
     .option("--html <file>", "also write the report as one HTML page")
     .option("--mutants <n>", "grade at most n mutants: a seeded sample (default: all)", nonNegativeInt("--mutants"))
     .option("--no-mutants", "skip the mutants (the rest of the check only)")
-    .option("--static", "only the checks that run nothing (seconds): probe markers, promises, author traps, the golden patch's contract and leaks; exit 1 on an error")
+    .option("--static", "the static half only (seconds; no sandbox, no GPU): promises and probe markers, author traps and placeholders, interface contract, prompt leaks, collective timeouts, the generated hollow; exit 1 on an error")
     .option("--seed <n>", "seed of the mutant sample", nonNegativeInt("--seed"), 0)
     .option("--time-limit <minutes>", "stop starting mutants after this long (those left are reported not run; graded ones are reused next time)", minutes)
     .option("--jobs <n>", "grades at once (default: half the cores, at least 1; a GPU task: 1)", positiveInt("--jobs"))
@@ -68,8 +68,17 @@ export function registerTaskCheckCommands(tasks: Command): void {
   addGraderOptions(cmd).action(async (id: string, opts: CheckCliOptions) => {
     const [{ loadGraderTask }, { checkTask }, { checkText, checkHtml }] = await Promise.all([import("../task/hidden/grader-task.js"), import("../grader/check/task-check.js"), import("../grader/check/check-report.js")]);
     const task = loadGraderTask(id, opts.tasksDir);
-    checkGraderRun("tasks check", task, opts);
     const out = resolve(opts.out ?? join(defaultResultsDir(), "check", task.id));
+    if (opts.static) {
+      // Nothing runs the task's tests: no runnable check, no sandbox.
+      const { checkTaskStatic } = await import("../grader/check/task-check.js");
+      const progress = progressOnStderr(`check ${task.id}`);
+      const report = await checkTaskStatic({ task, outDir: out, sandboxFactory: () => Promise.reject(new Error("task check --static grades nothing")), hostPython: opts.hostPython, onProgress: progress.progress }).finally(() => progress.done());
+      process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : `${checkText(report)}\nreport: ${join(out, "report.json")} (static half only)\n`);
+      if (!report.passed) process.exitCode = 1;
+      return;
+    }
+    checkGraderRun("tasks check", task, opts);
     // commander: --no-mutants sets mutants=false; --mutants N sets a number.
     const runMutants = opts.mutants !== false;
     const progress = progressOnStderr(`check ${task.id}`);
@@ -85,7 +94,6 @@ export function registerTaskCheckCommands(tasks: Command): void {
       timeLimitSec: opts.timeLimit ? opts.timeLimit * 60 : undefined,
       jobs: opts.jobs,
       minMutationScore: opts.minMutationScore,
-      staticOnly: opts.static === true,
       onProgress: progress.progress,
     }).finally(() => progress.done());
     if (opts.html) writeFileSync(resolve(opts.html), checkHtml(report));

@@ -6,6 +6,7 @@ import { loadPublicTask, listTaskIds } from "../task/public/loader.js";
 import { TaskError } from "../task/public/errors.js";
 import { taskPython, taskRunnableHere } from "../task/public/runnable.js";
 import { registerTaskCheckCommands } from "./task-check.js";
+import { registerTaskNewCommands } from "./task-new.js";
 import { formatTable } from "../lib/text-table.js";
 
 export interface TaskRow {
@@ -82,13 +83,13 @@ export function registerTasksCommands(program: Command): void {
     .command("import <bundle>")
     .description("seed the cache's mirror of --url from a git bundle (offline machines, CI): a task whose source is that URL is then built from it")
     .requiredOption("--url <url>", "the upstream URL the bundle's commits come from, exactly as the task's source.url names it")
-    .option("--shallow <sha>", "the commit the bundle's history is cut at (its first commit): becomes the mirror's shallow boundary")
+    .option("--shallow <sha>", "the commit the bundle's history is cut at (its first commit): becomes the mirror's shallow boundary (repeatable: a bundle of a two-parent merge cut at depth 1 has two)", (v: string, prev: string[] = []) => [...prev, v])
     .option("--json", "print JSON")
-    .action(async (bundle: string, opts: { url: string; shallow?: string; json?: boolean }) => {
+    .action(async (bundle: string, opts: { url: string; shallow?: string[]; json?: boolean }) => {
       const { importBundle } = await import("../task/public/snapshot.js");
       if (!existsSync(bundle)) throw new UsageError(`tasks cache import: bundle ${bundle}: no such file`);
-      if (opts.shallow !== undefined && !/^[0-9a-f]{40}$/.test(opts.shallow)) throw new UsageError(`tasks cache import: --shallow: expected a full 40-hex commit sha, got "${opts.shallow}"`);
-      const r = await importBundle(resolve(bundle), opts.url, opts.shallow ? { shallow: opts.shallow } : {});
+      for (const s of opts.shallow ?? []) if (!/^[0-9a-f]{40}$/.test(s)) throw new UsageError(`tasks cache import: --shallow: expected a full 40-hex commit sha, got "${s}"`);
+      const r = await importBundle(resolve(bundle), opts.url, opts.shallow?.length ? { shallow: opts.shallow } : {});
       if (opts.json) {
         process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
         return;
@@ -105,4 +106,5 @@ export function registerTasksCommands(program: Command): void {
       process.stdout.write(`${mirrorDirFor(opts.url)}\n`);
     });
   registerTaskCheckCommands(tasks);
+  registerTaskNewCommands(tasks);
 }

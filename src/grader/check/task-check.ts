@@ -13,6 +13,7 @@ import { gradeSubmission } from "../grade/grade.js";
 import { generateHollow, generateMutants, type Mutant, type MutantSkips } from "./mutants.js";
 import { acceptanceProblems, failingCases, type FailingCases } from "./acceptance-rules.js";
 import { scanProbeMarkers, type MarkerScan } from "./probe-markers.js";
+import { authorPlaceholders } from "./placeholders.js";
 import { collectiveTimeouts, interfaceContract, promptLeaks, withTaskTrees, type AnalysisOptions } from "./task-analysis.js";
 import type { Calibration, GradeResult } from "../grade/types.js";
 import { prefixed, type Progress } from "../../lib/progress.js";
@@ -227,6 +228,16 @@ function writeReport(opts: CheckOptions, report: CheckReport): CheckReport {
   return report;
 }
 
+/**
+ * The static half of `task check`: promises and probe markers, author traps (placeholders left by
+ * `task new` among them), and the golden patch's analysis (interface contract, leaks into the prompt,
+ * collective timeouts, the generated hollow) — nothing graded, no GPU needed. `passed` is whether
+ * that half finds no error; the full check can still fail on what only running shows.
+ */
+export async function checkTaskStatic(opts: CheckOptions): Promise<CheckReport> {
+  return checkTask({ ...opts, staticOnly: true });
+}
+
 /** Promises, probe markers and their links (static: nothing runs). */
 function checkPromisesAndMarkers({ task, spec, opts, add }: CheckContext) {
   const promises = task.hidden.promises;
@@ -261,6 +272,7 @@ function checkAuthorTraps({ task, spec, worldSizes, add }: CheckContext): void {
       `the post-PR tests (${displayPath(task.hidden.testsDir)}) replace the whole test folder and drop ${dropped.length} file(s) the base has: ${dropped.join(", ")} — copy them into ${displayPath(task.hidden.testsDir)}/ to keep them, or, if the PR deletes them, list them (one per line) in ${spec.hidden.dir}/removed_tests.txt`,
     );
   }
+  for (const p of authorPlaceholders(task)) add("warning", "placeholders", p);
   if (!task.hidden.hollowPatch) add("warning", "hollow", `no ${spec.hidden.hollow_patch}: the check grades a hollow patch generated from the golden patch instead (keep it: infradev task hollow ${task.id} > ${displayPath(join(task.taskDir, spec.hidden.hollow_patch))})`);
 
 }

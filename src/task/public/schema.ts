@@ -106,3 +106,9 @@ export type TaskSpec = z.infer<typeof TaskSpecSchema>;
 
 export const PROBE_KINDS = ["numerical", "resource", "state", "condition"] as const;
 export type ProbeKind = (typeof PROBE_KINDS)[number];
+
+/**
+ * The mark `infradev task new` leaves where only the task author can write (prompt.md, promises,
+ * probes); `task check` reports every one still there.
+ */
+export const AUTHOR_MARK = "TODO(author)";

@@ -151,9 +151,11 @@ const SHA = /^[0-9a-f]{40}$/;
  * refs go in as they are (refs/tags/*, refs/heads/*). A new mirror is built in a temporary folder and
  * renamed into place, as a clone is.
  */
-export async function importBundle(bundle: string, url: string, opts: { shallow?: string } = {}): Promise<BundleImport> {
+export async function importBundle(bundle: string, url: string, opts: { shallow?: string | string[] } = {}): Promise<BundleImport> {
   if (!existsSync(bundle)) throw new Error(`bundle ${bundle}: no such file`);
-  if (opts.shallow !== undefined && !SHA.test(opts.shallow)) throw new Error(`--shallow: expected a full 40-hex commit sha, got "${opts.shallow}"`);
+  // A bundle of a two-parent merge cut at depth 1 has two boundaries: base and merge.
+  const boundaries = opts.shallow === undefined ? [] : Array.isArray(opts.shallow) ? opts.shallow : [opts.shallow];
+  for (const b of boundaries) if (!SHA.test(b)) throw new Error(`--shallow: expected a full 40-hex commit sha, got "${b}"`);
   const root = gitCacheDir();
   mkdirSync(root, { recursive: true });
   const dir = mirrorDirFor(url);
@@ -166,20 +168,21 @@ export async function importBundle(bundle: string, url: string, opts: { shallow?
       // What `clone --mirror` would have set: the URL stays the origin, for a later online fetch.
       await simpleGit({ baseDir: target }).raw(["remote", "add", "--mirror=fetch", "origin", url]);
     }
-    if (opts.shallow) {
+    if (boundaries.length) {
       const f = join(target, "shallow");
       const have = existsSync(f) ? readFileSync(f, "utf8").split("\n").filter(Boolean) : [];
-      if (!have.includes(opts.shallow)) writeFileSync(f, `${[...have, opts.shallow].join("\n")}\n`);
+      const add = boundaries.filter((b) => !have.includes(b));
+      if (add.length) writeFileSync(f, `${[...have, ...add].join("\n")}\n`);
     }
     const g = simpleGit({ baseDir: target, config: GIT_ENV_CONFIG });
     const heads = (await g.raw(["bundle", "list-heads", bundle])).split("\n").filter(Boolean);
     await g.raw(["fetch", "--quiet", "--no-write-fetch-head", bundle, "+refs/*:refs/*"]);
     if (created) renameSync(target, dir);
-    return { mirror: dir, created, refs: heads, shallow: opts.shallow ?? null };
+    return { mirror: dir, created, refs: heads, shallow: boundaries.length ? boundaries.join(" ") : null };
   } catch (e) {
     if (created) rmSync(target, { recursive: true, force: true });
     const msg = e instanceof Error ? e.message.trim() : String(e);
-    const hint = /shallow|did not send all necessary objects|missing|bad object/i.test(msg) && !opts.shallow ? " (a bundle cut below its first commit needs --shallow <that commit>)" : "";
+    const hint = /shallow|did not send all necessary objects|missing|bad object/i.test(msg) && !boundaries.length ? " (a bundle cut below its first commit needs --shallow <that commit>)" : "";
     throw new Error(`bundle ${bundle}: import into ${dir} failed: ${msg.split("\n")[0]}${hint}`);
   }
 }
