@@ -66,7 +66,7 @@ export interface MergedCase {
 }
 
 export interface LaunchEvent {
-  kind: "hang" | "crash" | "run_timeout" | "interrupted";
+  kind: "hang" | "crash" | "run_timeout" | "interrupted" | "fail_fast";
   /** null for run-wide events (run_timeout, interrupted, a hang before any test started). */
   rank: number | null;
   test: string | null;

@@ -15,12 +15,20 @@ const FIXTURE = join(REPO_ROOT, "test", "fixtures", "vitest-projects");
 const tmp = mkdtempSync(join(tmpdir(), "infradev-vitest-projects-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
+function inherited(): Record<string, string> {
+  const keep: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("INFRADEV_")) keep[k] = v;
+  return keep;
+}
+
 async function run(name: string, env: Record<string, string>) {
   const mark = join(tmp, `${name}.slow-ran`);
   const times = join(tmp, `${name}.json`);
   const r = await execa(join(REPO_ROOT, "node_modules", ".bin", "vitest"), ["run", "--config", join(FIXTURE, "vitest.config.ts"), "--root", FIXTURE], {
     reject: false,
-    env: { ...env, FIXTURE_SLOW_MARK: mark, INFRADEV_SUITE_TIMES: times, CI: "1" },
+    // The fixture run must not inherit this run's own switches (.ci/run sets INFRADEV_SUITE_TABLE=0).
+    extendEnv: false,
+    env: { ...inherited(), ...env, FIXTURE_SLOW_MARK: mark, INFRADEV_SUITE_TIMES: times, CI: "1" },
   });
   return { r, slowRan: existsSync(mark), times: JSON.parse(readFileSync(times, "utf8")) as SuiteTimes };
 }

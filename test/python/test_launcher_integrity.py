@@ -268,4 +268,7 @@ def test_neutral_test_name_is_sha1_of_the_node_id():
 
     nodeid = "tests/test_x.py::test_probe_secret[1]"
     assert neutral_test_name(nodeid) == "test_" + hashlib.sha1(nodeid.encode()).hexdigest()[:12]
-    assert os.path.basename(SANDBOX_PY) == "python"
+    # the plugin imported is the sandbox copy (python/sandbox), the one mounted into every sandbox
+    import infradev_probe.plugin as plugin_mod
+
+    assert os.path.dirname(os.path.dirname(os.path.abspath(plugin_mod.__file__))) == os.path.abspath(SANDBOX_PY)

@@ -165,10 +165,8 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
   const loaded = new Map<string, GraderTask>();
   const load = (id: string) => loaded.get(id) ?? loaded.set(id, loadGraderTask(id, tasksRoot)).get(id)!;
   const ids = opts.taskIds ?? defaultDemoTasks(known, (id) => opts.skipRunnableCheck === true || taskRunnableHere(load(id).spec, probe(load(id))).runnable, scope);
-  mkdirSync(opts.outDir, { recursive: true });
   const emptyPatch = join(opts.outDir, "empty.patch");
-  writeFileSync(emptyPatch, "");
-  // Every check before anything is calibrated or graded.
+  // Every check before anything is written, calibrated or graded: a refused task leaves no folder.
   const plans: DemoPlan[] = [];
   for (const id of ids) {
     const task = load(id);
@@ -184,6 +182,8 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
     plans.push(demoPlan(task, scope, emptyPatch));
   }
   opts.onPlan?.(plans);
+  mkdirSync(opts.outDir, { recursive: true });
+  writeFileSync(emptyPatch, "");
   const full = scope === "full" ? plans : fullPlans(known, load, (t) => opts.skipRunnableCheck === true || taskRunnableHere(t.spec, probe(t)).runnable, emptyPatch);
   let fresh = true;
   let started = 0;

@@ -132,7 +132,9 @@ export function tamperEvidence(input: TamperInput): string[] {
     const verb = c.expected === "passed" ? "pass" : c.expected === "failed" ? "fail" : "not pass";
     for (let r = 0; r < input.ranks; r++) {
       const rc = mc?.ranks.find((x) => x.rank === r);
-      if (!rc || rc.outcome === "missing") {
+      // A rank the launcher stopped: the canary it was in when killed (the launcher's own record,
+      // `killed`) or never reached says nothing about the code under test.
+      if (!rc || rc.outcome === "missing" || (rc.killed && disturbed.has(r))) {
         if (disturbed.has(r) || mc?.reason === "hang" || mc?.reason === "crash") continue;
         out.push(`${input.session}: canary ${c.real} (must ${verb}) was not reported by rank ${r}`);
       } else if (c.expected === "not_passed" ? rc.outcome === "passed" : rc.outcome !== c.expected) {

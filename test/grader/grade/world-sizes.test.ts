@@ -201,7 +201,7 @@ describe("grading at several world sizes (real ranks)", () => {
     const stopped = await gradeSubmission({ task, patchFile: patch, outDir: out, calibration: cal23, sandboxFactory, stopEarly: true });
     expect(stopped.result.partial).toEqual({ stopped_after: "cpu.ws2.official", skipped: ["cpu.ws3.official", "cpu.ws2.probe", "cpu.ws3.probe"] });
     expect(sessionFiles(stopped.artifactDir)).toEqual(["cpu.ws2.official.json"]);
-    expect(stopped.result).toMatchObject({ status: "graded", official: { resolved: false }, with_probes: { resolved: false } });
+    expect(stopped.result, stopped.result.tamper_evidence.join("\n")).toMatchObject({ status: "graded", official: { resolved: false }, with_probes: { resolved: false } });
     expect(outcome(stopped.result, "ws2/tests/test_ops.py::test_all_mean_keeps_input")).toBe("failed");
     expect(outcome(stopped.result, "ws3/tests/test_ops.py::test_all_sum")).toBe("not_run");
     // The session itself stopped at that failure (fail fast): what it never reached did not run,

@@ -352,6 +352,23 @@ describe("tamper verdict (pure)", () => {
     expect(tamperEvidence(input({ cases: gone, integrity: undefined, events: [crash] }))).toEqual([]);
   });
 
+  it("fail fast: the canary a slower rank was in when the launcher stopped it is not evidence; a canary that really failed is", () => {
+    const stop = { kind: "fail_fast" as const, rank: 0, test: OFFICIAL, after_s: 1, detail: "stop on fail" };
+    const cut = mc(PASS, "passed", "failed");
+    cut.ranks[1]!.killed = "fail_fast";
+    const cases = honestCases().map((c) => (c.id === PASS ? cut : c));
+    expect(tamperEvidence(input({ cases, integrity: undefined, events: [stop] }))).toEqual([]);
+    // The same record without the launcher's stop is the code under test's doing.
+    expect(tamperEvidence(input({ cases, integrity: undefined }))).toEqual([
+      "cpu.all: canary infradev_canaries/official/test_c0.py::test_pass_0 must pass but is failed on rank 1",
+    ]);
+    // A must-pass canary that failed on its own (not killed) stays evidence in a stopped session.
+    const failedOnItsOwn = honestCases().map((c) => (c.id === PASS ? mc(PASS, "passed", "failed") : c));
+    expect(tamperEvidence(input({ cases: failedOnItsOwn, integrity: undefined, events: [stop] }))).toEqual([
+      "cpu.all: canary infradev_canaries/official/test_c0.py::test_pass_0 must pass but is failed on rank 1",
+    ]);
+  });
+
   it("pytest's exit status, its summary and its JUnit report are held against the plugin's records, per rank", () => {
     const one = (patch: Partial<RankIntegrityRecord>) => [honestIntegrity()[0]!, { ...honestIntegrity()[1]!, ...patch }];
     expect(tamperEvidence(input({ integrity: one({ exit_code: 0 }) }))).toEqual([expect.stringMatching(/^cpu\.all: rank 1: pytest exited 0 although failures were recorded/)]);
