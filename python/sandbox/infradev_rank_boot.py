@@ -142,18 +142,29 @@ def main():
     sys.path[:] = harness_path(saved, os.environ.get("PYTHONPATH", ""), cwd)
     try:
         import_harness(spec["plugins"])
+        # Before any repository code: no other process may read or write this one's memory, and
+        # in-memory forgery (test bodies swapped, ctypes, /proc/*/mem, trace functions) is refused
+        # and recorded on the launcher's channel (infradev_audit.py).
+        import infradev_audit
+        import infradev_guard
+
+        infradev_guard.non_dumpable()
+        infradev_audit.install(cwd)
     finally:
         # As `python -m pytest` has it: the cwd first, then PYTHONPATH and the rest.
         sys.path[:] = [cwd] + saved[1:]
         if helpers not in sys.path:
             sys.path.append(helpers)
+    import infradev_audit
     import pytest
 
     from infradev_probe import plugin
 
     plugin.BOOT_SPEC = spec
     sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py")]
-    return int(pytest.main(pytest_args(spec)))
+    code = int(pytest.main(pytest_args(spec)))
+    infradev_audit.finish()
+    return code
 
 
 if __name__ == "__main__":

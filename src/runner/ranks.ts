@@ -85,6 +85,11 @@ export interface RankIntegrity {
   pytest_junit: (OutcomeCounts & { outcomes: Record<string, "passed" | "failed" | "error" | "skipped">; outcomes_truncated?: boolean }) | null;
   /** counts from pytest's terminal summary line in the rank's log ("== 3 failed, 21 passed in 4.2s =="): null if none found. */
   summary: OutcomeCounts | null;
+  /**
+   * The rank's audit channel (python/sandbox/infradev_audit.py parse_channel): the hook armed, pytest
+   * returned (done), what it refused; null where there is none (torchrun closes the descriptor).
+   */
+  audit?: { armed: boolean; done: boolean; refused: string[]; refused_count: number; observed?: Record<string, number>; junk: number; overflow: boolean } | null;
 }
 
 export interface RunRanksResult {

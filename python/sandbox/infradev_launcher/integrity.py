@@ -186,6 +186,7 @@ def session_integrity(cfg, result, rank, known_ids):
         "plugin": plugin_counts(records, errors, skips),
         "pytest_junit": junit,
         "summary": summary,
+        "audit": result.audit[rank] if rank < len(result.audit) else None,
     }
 
 

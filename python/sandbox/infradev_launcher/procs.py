@@ -52,56 +52,24 @@ def rank_env(env, rank):
 
 
 _SUBREAPER = []  # [True] once prctl succeeded
-PR_SET_DUMPABLE = 4
-PR_GET_DUMPABLE = 3
-PR_SET_CHILD_SUBREAPER = 36
 
 
-def _prctl_function():
-    """libc's prctl, called through _ctypes (0.4 ms) rather than ctypes, whose import costs 4-8 ms
-    before the ranks start (everything imported before them adds to the wall time of every run).
-    Falls back to ctypes; None when neither works."""
-    try:
-        import _ctypes
-
-        class _Int(_ctypes._SimpleCData):
-            _type_ = "i"
-
-        class _Fn(_ctypes.CFuncPtr):
-            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-            _restype_ = _Int
-
-        return _Fn(_ctypes.dlsym(_ctypes.dlopen(None, 2), "prctl"))
-    except Exception:  # noqa: BLE001 - any failure of the short path: the long one
-        pass
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except Exception:  # noqa: BLE001
-        return None
-
-
-HARDENING = {}  # what harden() managed: {"non_dumpable": bool, "subreaper": bool}
+HARDENING = {}  # what harden() managed: {"non_dumpable": bool, "subreaper": bool, "seccomp": bool}
 
 
 def harden():
-    """Before any rank starts: make the launcher non-dumpable (PR_SET_DUMPABLE 0: processes of the
-    same user, i.e. the code under test, can no longer ptrace it or open /proc/<launcher>/fd/*, its
-    environ or mem, so they cannot write into the stdout that carries the result bundle) and a child
-    subreaper (orphaned grandchildren are re-parented to us instead of init, so kill_tree still finds
-    them). The ranks get the default back when they exec. Returns HARDENING."""
-    prctl = _prctl_function()
-    dumpable_off = subreaper = False
-    if prctl is not None:
-        try:
-            dumpable_off = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 and prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
-            subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-        except Exception:  # noqa: BLE001
-            pass
-    if subreaper and not _SUBREAPER:
+    """Before any rank starts (infradev_guard.harden): make the launcher non-dumpable (processes of
+    the same user, i.e. the code under test, can no longer ptrace it or open /proc/<launcher>/fd/*,
+    its environ or mem, so they cannot write into the stdout that carries the result bundle), a
+    child subreaper (orphaned grandchildren are re-parented to us instead of init, so kill_tree still
+    finds them), and install the seccomp filter every rank inherits (no ptrace, process_vm_*,
+    pidfd_getfd, kcmp, personality changes). Returns HARDENING."""
+    from infradev_guard import harden as guard
+
+    got = guard()
+    if got["subreaper"] and not _SUBREAPER:
         _SUBREAPER.append(True)
-    HARDENING.update(non_dumpable=dumpable_off, subreaper=subreaper)
+    HARDENING.update(got)
     return HARDENING
 
 

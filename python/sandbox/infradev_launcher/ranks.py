@@ -23,6 +23,8 @@ from infradev_outputs import RANK_BOOT, SPEC_ENV, SPEC_HEX_ENV, encode_spec, fil
 from . import procs
 
 ENTRY = os.path.join(procs.HERE, "infradev_rank_entry.py")
+AUDIT_CHILD_FD = 3
+AUDIT_FD_ENV = "INFRADEV_AUDIT_FD"
 BOOT = os.path.join(procs.HERE, RANK_BOOT)
 
 
@@ -69,15 +71,18 @@ def _inherited_fds():
     return fds
 
 
-def spawn(argv, env, log_fd, close_fds, stdin_fd=None):
+def spawn(argv, env, log_fd, close_fds, stdin_fd=None, audit_fd=None):
     """Start argv in a new session (its own process group: killpg takes the rank's whole tree),
-    stdin from stdin_fd (the rank spec) or /dev/null, stdout and stderr to log_fd. Returns the pid."""
+    stdin from stdin_fd (the rank spec) or /dev/null, stdout and stderr to log_fd, the audit
+    channel's write end at fd 3 (infradev_audit.py). Returns the pid."""
     if stdin_fd is None:
         actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
     else:
         actions = [(os.POSIX_SPAWN_DUP2, stdin_fd, 0)]
     actions += [(os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)]
-    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in close_fds if fd not in (log_fd, stdin_fd)]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in close_fds if fd not in (log_fd, stdin_fd, audit_fd)]
+    if audit_fd is not None:
+        actions.append((os.POSIX_SPAWN_DUP2, audit_fd, AUDIT_CHILD_FD))
     start = os.posix_spawn if os.sep in argv[0] else os.posix_spawnp
     return start(argv[0], argv, env, file_actions=actions, setsid=True)
 
@@ -99,22 +104,29 @@ class BuiltinRanks:
         self.log_starts = []  # per rank: size of rank{r}.log before this session
         self._pidfds = {}  # pidfd -> rank, while the rank runs
         self._poll = None
+        self._audit = []  # per rank: the read end of its audit channel (only the launcher holds it)
         argv = rank_command(cfg.python)
-        env = dict(env, **{SPEC_ENV: "fd:0"})
+        env = dict(env, **{SPEC_ENV: "fd:0", AUDIT_FD_ENV: str(AUDIT_CHILD_FD)})
         close = _inherited_fds()
         for rank in range(cfg.nproc):
             spec = spec_fd(rank_spec(cfg, rank, session, skip))
             log = None
+            audit_r, audit_w = os.pipe()
+            os.set_blocking(audit_r, False)
+            os.set_blocking(audit_w, False)  # a full channel drops the rank's lines, never blocks it
+            self._audit.append(audit_r)
             try:
                 log, start = _open_log(cfg, rank_name(rank, "log"), session)
-                pid = spawn(argv, procs.rank_env(env, rank), log, close, stdin_fd=spec)
+                pid = spawn(argv, procs.rank_env(env, rank), log, close, stdin_fd=spec, audit_fd=audit_w)
             except OSError:
                 procs.kill_tree(self.pids, 1.0, set(self.pids))
                 for started in self.pids:
                     os.waitpid(started, 0)
+                self.close_audit()
                 raise
             finally:
                 os.close(spec)
+                os.close(audit_w)
                 if log is not None:
                     os.close(log)
             self.pids.append(pid)
@@ -195,6 +207,39 @@ class BuiltinRanks:
     def start_failure(self):
         return None
 
+    def audit_reports(self):
+        """Each rank's audit channel (infradev_audit.parse_channel), read once its processes are gone."""
+        from infradev_audit import CHANNEL_LIMIT, parse_channel
+
+        out = []
+        for fd in self._audit:
+            chunks, total, overflow = [], 0, False
+            while True:
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > CHANNEL_LIMIT:
+                    overflow = True
+                    break
+                chunks.append(chunk)
+            out.append(parse_channel(b"".join(chunks), overflow))
+        self.close_audit()
+        return out
+
+    def close_audit(self):
+        for fd in self._audit:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._audit = []
+
 
 class TorchrunRanks:
     """torchrun's agent is our only child; the ranks are its workers."""
@@ -270,6 +315,10 @@ class TorchrunRanks:
 
     def tracked(self):
         return {self.agent.pid}
+
+    def audit_reports(self):
+        """torchrun closes every descriptor but 0-2 of its workers: no channel (None per rank)."""
+        return [None] * self.cfg.nproc
 
     def start_failure(self):
         """A message when torchrun itself died before starting any rank (Debian's torchrun on Python

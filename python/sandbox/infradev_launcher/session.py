@@ -64,6 +64,7 @@ class SessionResult:
         self.log_ends = []  # per rank: ... and where it ends (its size once the session's processes are gone)
         self.results_starts = []  # per rank: size of rank{r}.results.jsonl before the session
         self.records = []  # per rank: every record the plugin wrote this session, in order (report.session_records)
+        self.audit = []  # per rank: what its audit channel said (infradev_audit.parse_channel), None without one
 
     def summary(self):
         return {
@@ -427,6 +428,7 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch, 
         procs.reap_orphans(ranks.tracked())
     result.duration_s = time.monotonic() - t0
     result.exit_codes = ranks.exit_codes()
+    result.audit = ranks.audit_reports()
     result.final_states = _states(cfg)
     progress.update(result.final_states[0])
     result.collected = [clean_collected(read_json(rank_name(r, "collected.json"), dir_fd=cfg.out_fd)) for r in range(cfg.nproc)]

@@ -1,6 +1,7 @@
 import type { CaseOutcome } from "../../runner/merge.js";
 import type { LaunchEvent, MergedCase } from "../../runner/merge.js";
 import { hashEvidence, mapCaseId, unmapText, type Canary, type InstallMap } from "../workspace/test-renaming.js";
+import { auditEvidence, type AuditRecord } from "./audit-evidence.js";
 
 /**
  * The tamper verdict of one grading session (Contract E): a pure function from what the session
@@ -15,7 +16,8 @@ import { hashEvidence, mapCaseId, unmapText, type Canary, type InstallMap } from
  * - a rank whose records disagree: pytest's exit status against the failures recorded, the recording
  *   plugin's counts against pytest's own summary line, the plugin's outcome of a test against
  *   pytest's own JUnit report (checked on a rank the launcher did not have to kill or restart);
- * - results that name a test that was never installed.
+ * - results that name a test that was never installed;
+ * - a rank's audit channel: a refused in-memory forgery, or a channel cut short (audit-evidence.ts).
  */
 
 export interface OutcomeCounts {
@@ -34,6 +36,8 @@ export interface RankIntegrityRecord {
   plugin: OutcomeCounts;
   pytest_junit: (OutcomeCounts & { outcomes: Record<string, CaseOutcome>; outcomes_truncated?: boolean }) | null;
   summary: OutcomeCounts | null;
+  /** The rank's audit channel (audit-evidence.ts); null where it has none (torchrun). */
+  audit?: AuditRecord | null;
 }
 
 export interface TamperInput {
@@ -151,6 +155,7 @@ export function tamperEvidence(input: TamperInput): string[] {
 
   // Independent records of each rank.
   for (const rec of input.integrity ?? []) {
+    for (const e of auditEvidence(rec.rank, rec.exit_code, rec.audit, disturbed.has(rec.rank))) out.push(`${input.session}: ${e}`);
     if (disturbed.has(rec.rank)) continue;
     for (const e of integrityEvidence(rec, input.cases, new Set(input.collectionErrors ?? []), say)) out.push(`${input.session}: ${e}`);
   }

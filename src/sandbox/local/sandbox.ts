@@ -221,6 +221,12 @@ function bwrapHardening(bwrapPath: string): string[] {
   // masks over hidden paths. A setuid bwrap refuses --cap-drop for non-root users but drops them itself.
   const setuid = (statSync(bwrapPath).mode & 0o4000) !== 0;
   if (text.includes("--cap-drop") && (!setuid || process.getuid?.() === 0)) args.push("--cap-drop", "ALL");
+  // No bwrap init inside: the command itself is the sandbox's pid 1. bwrap's init would be a process
+  // of the sandbox's user, dumpable, holding every --setenv value and every bind's host path in its
+  // memory, and the pipes to the host: a test could ptrace it, read /proc/1/environ or pidfd_getfd
+  // the launcher's stdout from it. The launcher (pid 1 for runRanks) makes itself non-dumpable first.
+  if (text.includes("--as-pid-1")) args.push("--as-pid-1");
+  else throw new SandboxUnavailableError("local", `local sandbox: ${bwrapPath} has no --as-pid-1 (bubblewrap >= 0.5 needed): without it the sandbox's pid 1 would hold the host's secrets. ${INSTALL_HINT}`);
   return args;
 }
 
