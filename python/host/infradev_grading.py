@@ -43,6 +43,10 @@ import shutil
 import string
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's folder out
+
+from infradev_twins import mutant_twin_source  # noqa: E402
+
 TEST_MODULE = re.compile(r"^(test_.*|.*_test)\.py$")
 ALPHABET = string.ascii_lowercase
 
@@ -393,13 +397,15 @@ def copy_tree(job, names, result):
 
 
 def add_twins(pending, count, names):
-    """`count` twins (see twin_source) of tests picked at random among the job's plain tests."""
+    """`count` twins of tests picked at random among the job's plain tests: mutant twins where the
+    body can be copied (infradev_twins.py), else plain ones (twin_source)."""
     rng = secrets.SystemRandom()
     pool = [(p, c) for p in pending for c in p["candidates"]]
     for p, (real, installed, args) in rng.sample(pool, min(count, len(pool))):
         twin = names.function()
         text = p["text"]
-        p["text"] = text + (b"" if text.endswith(b"\n") else b"\n") + twin_source(twin, installed, args, rng).encode()
+        source = mutant_twin_source(text, installed, twin, rng) or twin_source(twin, installed, args, rng)
+        p["text"] = text + (b"" if text.endswith(b"\n") else b"\n") + source.encode()
         p["entry"]["twins"][twin] = real
 
 
