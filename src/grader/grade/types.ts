@@ -88,6 +88,11 @@ export interface SessionResult {
   canaries?: Array<{ id: string; expected: "passed" | "failed" | "not_passed"; ranks: string[] }>;
   /** Evidence that the code under test changed what a test is or how its outcome was recorded. */
   tamper_evidence?: string[];
+  /**
+   * Each rank's audit hook (python/sandbox/infradev_audit.py): armed and finished, how many forgery
+   * attempts it refused, what library code did that it allows (counts per event). For review.
+   */
+  audit?: Array<{ rank: number; session?: number; armed: boolean; done: boolean; refused_count: number; observed: Record<string, number> } | null>;
   /** Set when the launcher's records were lost (killed from inside, no bundle): cases count failed. */
   lost_records?: string;
   harness_error?: string;
