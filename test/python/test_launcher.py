@@ -48,7 +48,7 @@ def test_all_pass(scratch, nproc):
     assert launch["exit_codes"] == [0] * nproc
     assert launch["collected"] == IDS
     assert launch["events"] == [] and launch["restarts"] == 0
-    assert launch["hardening"] == {"non_dumpable": True, "subreaper": True}
+    assert launch["hardening"] == {"non_dumpable": True, "subreaper": True, "seccomp": True}
     # progress on stderr, counting up to the total; the bundle is the last stdout line (conftest checks)
     progress = [json.loads(l.split(" ", 1)[1]) for l in run.stderr.splitlines() if l.startswith("INFRADEV-PROGRESS ")]
     assert progress and progress[-1] == {"done": 5, "total": 5}

@@ -174,14 +174,14 @@ def test_cannot_reach_the_launcher():
     for path, flags in ((f"/proc/{ppid}/fd/1", os.O_WRONLY), (f"/proc/{ppid}/environ", os.O_RDONLY), (f"/proc/{ppid}/mem", os.O_RDONLY), ("/proc/1/fd/1", os.O_WRONLY)):
         try:
             fd = os.open(path, flags)
-        except OSError:
+        except (OSError, RuntimeError):  # RuntimeError: the ranks' audit hook refused it (and recorded it)
             continue
         if flags == os.O_WRONLY:
             os.write(fd, FORGED.encode())
         os.close(fd)
         opened.append(path)
-    # The sandbox's pid 1 (bwrap's init: its stdout is a socket, not reopenable; docker's init: its
-    # own output, not this exec's) may take the write: the host's result shows whether it got through.
+    # The sandbox's pid 1 (the launcher itself under bwrap --as-pid-1; docker's init: its own output,
+    # not this exec's) may take the write: the host's result shows whether it got through.
     assert [p for p in opened if not p.startswith("/proc/1/")] == [], opened
 `,
     "test_forge.py": `
@@ -276,7 +276,9 @@ describe("runRanks against hostile tests", () => {
   it("a test cannot open the launcher's stdout, environ or memory (non-dumpable); a forged bundle written anywhere it can does not reach the host", async () => {
     const r = await run("test_stdout.py");
     expect(r.lostRecords).toBeUndefined();
-    expect(r.launch?.hardening).toEqual({ non_dumpable: true, subreaper: true });
+    expect(r.launch?.hardening).toEqual({ non_dumpable: true, subreaper: true, seccomp: true });
+    // The hook refused the opens it saw (recorded on the audit channel); the kernel refused the rest.
+    for (const i of r.integrity) expect(i.audit).toMatchObject({ armed: true, done: true });
     expect(r.cases).toMatchObject([{ id: "test_stdout.py::test_cannot_reach_the_launcher", outcome: "passed" }]);
   });
 
@@ -345,7 +347,7 @@ describe.skipIf(!dockerPlan.run)("runRanks against hostile tests on docker", () 
   it("no way into the launcher's stdout; appended records stay out; signalling the launcher loses the records", async () => {
     const stdout = await run("test_stdout.py");
     expect(stdout.lostRecords).toBeUndefined();
-    expect(stdout.launch?.hardening).toEqual({ non_dumpable: true, subreaper: true });
+    expect(stdout.launch?.hardening).toEqual({ non_dumpable: true, subreaper: true, seccomp: true });
     expect(stdout.cases, stdout.cases[0]?.ranks[0]?.excerpt).toMatchObject([{ outcome: "passed" }]);
     const argv = await run("test_cmdline.py");
     expect(argv.cases).toMatchObject([{ outcome: "passed" }]);

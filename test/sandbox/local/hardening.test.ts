@@ -106,7 +106,9 @@ describe("local sandbox: no host layout in argv or environment (item 6)", () => 
     ].join("\n");
     const r = await sb.exec(["bash", "-c", script]);
     expect(r.exitCode).toBe(0);
-    expect(r.stdout).toMatch(/\/proc\/1: \S*bwrap --args 4 -- \/bin\/sh -c/);
+    // No bwrap init inside (--as-pid-1): pid 1 is the command itself, and no process shows bwrap's options.
+    expect(r.stdout).toMatch(/\/proc\/1: bash -c sleep 30/);
+    expect(r.stdout).not.toMatch(/bwrap/);
     expect(r.stdout).toMatch(/sleep 30/);
     const forbidden = [workspace, base, packageRoot(), realpathSync(logsGiven), tmpdir() + "/infradev-local-"];
     for (const f of forbidden) expect(r.stdout, `${f} visible inside`).not.toContain(f);
