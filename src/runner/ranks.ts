@@ -85,6 +85,21 @@ export interface RankIntegrity {
   pytest_junit: (OutcomeCounts & { outcomes: Record<string, "passed" | "failed" | "error" | "skipped">; outcomes_truncated?: boolean }) | null;
   /** counts from pytest's terminal summary line in the rank's log ("== 3 failed, 21 passed in 4.2s =="): null if none found. */
   summary: OutcomeCounts | null;
+  /** The plugin wrote the rank's collective totals when pytest ended (absent in bundles of older launchers). */
+  comm_written?: boolean;
+  /** `group=` objects the collectives refused (not a torch ProcessGroup): "all_reduce(group=<mod.Type>)". */
+  refused_groups?: string[];
+  /** Rank 0 only: the kernel's count of data segments the session sent against what the totals explain. */
+  wire?: WireCheck;
+}
+
+/** python/sandbox/infradev_launcher/wire.py's check: `skip` says why it did not apply. */
+export interface WireCheck {
+  skip?: string;
+  measured_segments?: number;
+  explained_segments?: number;
+  tolerance?: number;
+  excess?: boolean;
 }
 
 export interface RunRanksResult {
