@@ -32,7 +32,7 @@ import os
 # gloo values are all_reduce 12(w-1), broadcast <= 1.5 + (w-2), barrier 2-4 at w=2 and 6 at w=3).
 _RING = lambda w: 14 * (w - 1) + 2  # noqa: E731 - an op of the all-reduce family, or unknown
 SEGMENTS_PER_CALL = {
-    "all_reduce": _RING,
+    "all_reduce": lambda w: 13 * (w - 1) + 1,
     "all_reduce_coalesced": _RING,
     "reduce_scatter": _RING,
     "reduce_scatter_tensor": _RING,
@@ -50,7 +50,7 @@ SEGMENTS_PER_CALL = {
     "recv": lambda w: 2,
 }
 BYTES_PER_SEGMENT = 32768  # a large payload travels in segments of up to 64 KiB on lo
-SEGMENTS_PER_GROUP = lambda w: 20 * w + 10  # noqa: E731 - measured 29 per rank at w=2, 48 at w=3
+SEGMENTS_PER_GROUP = lambda w: 20 * (w - 1) + 12  # noqa: E731 - measured 29 per rank at w=2, 48 at w=3
 BASE_SEGMENTS = 200  # the launcher's rendezvous, init's store traffic beyond its counted requests
 TOLERANCE = 1.25
 COMM_SUFFIX = "comm.json"
