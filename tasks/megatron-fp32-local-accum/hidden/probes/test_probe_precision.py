@@ -143,7 +143,6 @@ def test_unselected_keep_bf16_running_sum(make_ddp, cfg):
     ddp.finish_grad_sync()
     for name, p in params.items():
         if name.startswith("layers.1."):
-            check_one_rounding(name, p.main_grad, fp64_sum(grads, p, n), "selected")
             continue
         assert p.main_grad.dtype == torch.bfloat16, f"{name}: not selected, but .main_grad is {p.main_grad.dtype}"
         assert getattr(p, "main_grad_copy_in_grad_buffer", None) is None, f"{name}: not selected, but has main_grad_copy_in_grad_buffer"
