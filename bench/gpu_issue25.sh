@@ -6,7 +6,7 @@
 # Each step is bounded by `timeout`; every step's stdout/stderr and wall time go to $OUT.
 #
 # Here (CPU side, no GPU): build dist/ first, then
-#   bash bench/gpu_issue25.sh --prepare-only
+#   bash bench/gpu_issue25.sh --prepare-only      (run here 2026-12-02: rc 0, 56 MiB to carry, 3 CPU-min; 41 min wall under a load of 300)
 # writes .device/i25/ (Node as node.xz, production node_modules as nm.tar.xz, both upstream bundles)
 # and checks that every carried piece exists. On the device machine (the run tool), carry dist and
 # .device/i25:
