@@ -102,3 +102,42 @@ if _os.environ.get("CPUSHIM_CUDA") == "1":
             def pg_map(self):
                 return _c10d._pg_map
         _c10d._world = _World()
+
+if _os.environ.get("CPUSHIM_WS1_COLLECTIVES") == "1":
+    # Opt-in (megatron-fp32-local-accum's screen): gloo has no bf16 all-reduce, no reduce-scatter,
+    # no AVG. In a group of ONE rank every reduction (sum, average, max) of a tensor is that tensor
+    # (NCCL's result at world size 1 too), so these become the identity there; any larger group
+    # goes to gloo as before. The coalescing manager yields a handle whose wait() returns, as
+    # torch 2.x's does.
+    import torch.distributed as _dist
+
+    class _DoneHandle:
+        def wait(self, *a, **k):
+            return True
+
+        def is_completed(self):
+            return True
+
+    def _one_rank(group):
+        return _dist.get_world_size(group) == 1
+
+    _orig_all_reduce = _dist.all_reduce
+
+    def _all_reduce(tensor, op=_dist.ReduceOp.SUM, group=None, async_op=False):
+        if _one_rank(group):
+            return _DoneHandle() if async_op else None
+        return _orig_all_reduce(tensor, op=op, group=group, async_op=async_op)
+
+    def _make_rs(orig):
+        def _reduce_scatter(output, input, op=_dist.ReduceOp.SUM, group=None, async_op=False):
+            if _one_rank(group):
+                output.copy_(input.view(-1)[: output.numel()].view_as(output))
+                return _DoneHandle() if async_op else None
+            return orig(output, input, op=op, group=group, async_op=async_op)
+        return _reduce_scatter
+
+    _dist.all_reduce = _all_reduce
+    for _n in ("reduce_scatter_tensor", "_reduce_scatter_base"):
+        if hasattr(_dist, _n):
+            setattr(_dist, _n, _make_rs(getattr(_dist, _n)))
+    _dist._coalescing_manager = lambda *a, **k: contextlib.nullcontext(_DoneHandle())
