@@ -3,6 +3,7 @@ import { basename, join, resolve } from "node:path";
 import { UsageError } from "../../lib/errors.js";
 import { readRegularText } from "../../lib/safe-fs.js";
 import type { GradeResult } from "../../grader/grade/types.js";
+import type { Trajectory } from "../trajectory/types.js";
 import { GRADE_FILE, MANIFEST_FILE, PATCH_FILE, RUN_RECORD_FILE, TRACE_FILE, type CampaignManifest, type RunRecord } from "../types.js";
 
 /**
@@ -27,6 +28,8 @@ export interface LoadedRun {
   patch: string | null;
   /** `paths` of every pytest_run call in trace.jsonl (the tests the agent ran through our server). */
   pytestRuns: string[][];
+  /** A run imported from a Harbor ATIF trajectory.json (no trace.jsonl of ours): its steps. */
+  imported?: Trajectory;
 }
 
 export interface LoadedCampaign {
