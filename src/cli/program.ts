@@ -22,6 +22,8 @@ export const COMMANDS: ReadonlyArray<{ name: string; aliases?: string[]; summary
   { name: "grade-many", summary: "grade many submissions made elsewhere (predictions JSONL or a folder) in parallel into a campaign folder; resumable", load: async () => (await import("./grade-many.js")).registerGradeManyCommands },
   { name: "calibrate", summary: "run the golden patch 3× here and cache which cases it passes", load: async () => (await import("./calibrate.js")).registerCalibrateCommands },
   { name: "report", summary: "the paper's tables and figures from a campaign folder (text, --html, --md, --json)", load: async () => (await import("./report.js")).registerReportCommands },
+  { name: "view", summary: "one offline HTML file to read a campaign: runs, trajectories, patches, grades, the reward-hacking scan, paired runs", load: async () => (await import("./view.js")).registerViewCommands },
+  { name: "export", summary: "every run's trajectory as Harbor's ATIF (trajectory.json) or our JSONL", load: async () => (await import("./export.js")).registerExportCommands },
   { name: "demo", summary: "grade golden, adversarial, hollow, base and empty patches of every task runnable here; one table", load: async () => (await import("./demo.js")).registerDemoCommands },
   { name: "serve", summary: "serve one task to an MCP client (stdio, or Streamable HTTP with --http)", load: async () => (await import("./serve.js")).registerServeCommands },
   { name: "runs", summary: "manage serve's run folders (runs prune)", load: async () => (await import("./runs.js")).registerRunsCommands },

@@ -10,6 +10,10 @@ interface ReportCliOptions {
   prices?: string;
   compare?: [string, string];
   hostPython?: string;
+  scan?: boolean;
+  judgeUrl?: string;
+  judgeModel?: string;
+  judgeKeyEnv?: string;
 }
 
 function parseCompare(v: string): [string, string] {
@@ -31,11 +35,19 @@ export function registerReportCommands(program: Command): void {
     .option("--prices <file>", "YAML of USD per million tokens per model: models: { <model>: { input, output, cached_input?, reasoning? } }; adds cost to Table 2")
     .option("--compare <A,B>", "paired comparison of two agents on the tasks both ran: fixed / broken / both / neither, both rates with SE", parseCompare)
     .option("--host-python <path>", "Python for Figure 6's assertion classifier (stdlib only; default $INFRADEV_HOST_PYTHON, else python3)")
+    .option("--no-scan", "leave out the reward-hacking scan (rules over every run's trace and patch: the flagged column and its section)")
+    .option("--judge-url <url>", "an OpenAI-compatible endpoint (…/v1) whose model reads each flagged run and gives its verdict beside the rules' (never a score change)")
+    .option("--judge-model <name>", "the judge's model name (default: judge)")
+    .option("--judge-key-env <VAR>", "environment variable holding the judge endpoint's API key")
     .action(async (campaign: string, opts: ReportCliOptions) => {
+      if (!opts.judgeUrl && (opts.judgeModel || opts.judgeKeyEnv)) throw new UsageError("report: --judge-model / --judge-key-env need --judge-url");
+      if (opts.judgeUrl && opts.scan === false) throw new UsageError("report: --judge-url reads the runs the scan flags: it cannot go with --no-scan");
+      if (opts.judgeKeyEnv && !process.env[opts.judgeKeyEnv]) throw new UsageError(`report: --judge-key-env ${opts.judgeKeyEnv}: that variable is not set`);
+      const judge = opts.judgeUrl ? { url: opts.judgeUrl, model: opts.judgeModel ?? "judge", key: opts.judgeKeyEnv ? process.env[opts.judgeKeyEnv]! : null } : null;
       if (opts.md === true && opts.json === true) throw new UsageError("report: --md and --json cannot both go to stdout: give one of them a file (--md report.md)");
       const report = await import("../campaign/report/index.js");
       const prices = opts.prices ? report.loadPrices(opts.prices) : null;
-      const data = await report.buildReport(campaign, { prices, compare: opts.compare ?? null, hostPython: opts.hostPython });
+      const data = await report.buildReport(campaign, { prices, compare: opts.compare ?? null, hostPython: opts.hostPython, scan: opts.scan !== false, judge });
       if (opts.compare) {
         for (const a of opts.compare) if (!data.agents.includes(a)) throw new UsageError(`report: --compare: no agent "${a}" in ${campaign} (agents: ${data.agents.join(", ") || "none"})`);
       }

@@ -3,6 +3,8 @@ import type { LoadedCampaign, LoadedRun } from "./load.js";
 import { ASSERTION_CLASSES, type AssertionClass, type PatchAssertions } from "./assertions.js";
 import { runCost, type Prices } from "./prices.js";
 import { mcnemarExact, mean, rate, type Mean, type Rate } from "./stats.js";
+import { noiseReport, type NoiseReport } from "./noise.js";
+import type { RunScan } from "../trajectory/scan.js";
 
 /**
  * Every number of the report, from the loaded campaign: pure functions, no I/O (the renderers only
@@ -49,6 +51,10 @@ export interface ScoredRun {
   error_types: string[];
   /** Why a grade.json beside it was not used (then status is not_graded). */
   grade_problem?: string;
+  /** The reward-hacking scan's verdict (null: not scanned); never part of the score. */
+  flagged: boolean | null;
+  /** USD from --prices (null: no price for its model, or no token counts). */
+  cost_usd: number | null;
 }
 
 export interface TokenSummary { total: number; mean: number | null; runs_reporting: number }
@@ -111,12 +117,23 @@ export interface ReportData {
   figure4: { classes: Record<string, readonly string[]>; rows: Array<{ agent: string; submissions: number; by_type: Record<string, number>; by_class: Record<string, number> }> };
   figure6: { classes: readonly AssertionClass[]; rows: Figure6Row[]; per_run: Array<PatchAssertions & { agent: string; files_run: string[] }>; errors: string[] };
   compare: CompareResult | null;
+  /** The reward-hacking scan of every run (rules over trace and patch), or null when not run. */
+  scan: Array<RunScan & { agent: string; task_id: string; judge?: JudgeVerdict }> | null;
+  noise: NoiseReport;
 }
 
-export function scoreRun(run: LoadedRun): ScoredRun {
+/** An optional judge model's word on a flagged run, kept beside the rules' findings. */
+export interface JudgeVerdict {
+  model: string;
+  verdict: string | null;
+  error: string | null;
+}
+
+export function scoreRun(run: LoadedRun, extra: { flagged?: boolean | null; prices?: Prices | null } = {}): ScoredRun {
   const r = run.record;
   const g = run.grade;
-  const base = { run_id: r.run_id, agent: r.agent, task_id: r.task_id, category: r.category, repeat: r.repeat, harness: r.harness, wall_s: r.wall_s };
+  const p = extra.prices?.[r.model];
+  const base = { run_id: r.run_id, agent: r.agent, task_id: r.task_id, category: r.category, repeat: r.repeat, harness: r.harness, wall_s: r.wall_s, flagged: extra.flagged ?? null, cost_usd: p ? runCost(r.tokens, p) : null };
   if (!g) return { ...base, status: "not_graded", scored: false, score: null, resolved: null, resolved_strict: null, resolved_set_a: null, error_types: [], ...(run.gradeProblem ? { grade_problem: run.gradeProblem } : {}) };
   if (g.status === "harness_fault") return { ...base, status: g.status, scored: false, score: null, resolved: null, resolved_strict: null, resolved_set_a: null, error_types: [] };
   const zero = ZERO_STATUSES.has(g.status);
@@ -239,10 +256,12 @@ export interface ComputeOptions {
   prices?: Prices | null;
   compare?: [string, string] | null;
   assertions?: PatchAssertions[];
+  scans?: ReportData["scan"];
 }
 
 export function computeReport(c: LoadedCampaign, opts: ComputeOptions = {}): ReportData {
-  const scored = c.runs.map(scoreRun);
+  const flagOf = new Map((opts.scans ?? []).map((s) => [s.run_id, s.flagged]));
+  const scored = c.runs.map((r) => scoreRun(r, { flagged: opts.scans ? (flagOf.get(r.record.run_id) ?? null) : null, prices: opts.prices ?? null }));
   const agents = [...new Set([...(c.manifest?.agents.map((a) => a.name) ?? []), ...c.runs.map((r) => r.record.agent)])].filter((a) => c.runs.some((r) => r.record.agent === a));
   const of = <T extends { agent: string }>(xs: T[], agent: string) => xs.filter((x) => x.agent === agent);
   const runsOf = (agent: string) => c.runs.filter((r) => r.record.agent === agent);
@@ -303,5 +322,7 @@ export function computeReport(c: LoadedCampaign, opts: ComputeOptions = {}): Rep
     },
     figure6: { classes: ASSERTION_CLASSES, rows: figure6Rows, per_run: perRun, errors: perRun.flatMap((p) => p.errors.map((e) => `${p.id}: ${e}`)) },
     compare: opts.compare ? compareAgents(scored, opts.compare[0], opts.compare[1]) : null,
+    scan: opts.scans ?? null,
+    noise: noiseReport(scored, agents),
   };
 }

@@ -135,10 +135,53 @@ export function sections(d: ReportData): Section[] {
       ],
     });
   }
+  const nz = d.noise;
+  const pts = (v: number | null) => (v === null ? DASH : `${(100 * v).toFixed(1)} pts`);
+  out.push({
+    id: "noise",
+    title: "Noise — repeats: per-task flip rates and the noise floor beside every difference between two agents",
+    note: "flip rate = share of a (task, agent)'s repeat pairs whose Set B verdicts disagree, pooled per task; noise floor of a difference = 1.96 · √(v/N_A + v/N_B), v = the pooled within-(task, agent) variance of a run's resolved outcome",
+    header: ["agent A", "agent B", "% Resolved A", "% Resolved B", "B − A", "noise floor", "beyond the noise?"],
+    rows: nz.differences.map((x) => [
+      x.a,
+      x.b,
+      x.a_rate === null ? DASH : (100 * x.a_rate).toFixed(1),
+      x.b_rate === null ? DASH : (100 * x.b_rate).toFixed(1),
+      x.diff === null ? DASH : `${x.diff >= 0 ? "+" : ""}${(100 * x.diff).toFixed(1)} pts`,
+      x.floor === null ? `${DASH} (no task has 2 scored repeats of one agent)` : `± ${pts(x.floor).replace(" pts", "")} pts`,
+      x.within_floor === null ? DASH : x.within_floor ? "no: within the noise floor" : "yes",
+    ]),
+    after: [
+      nz.pooled_variance === null
+        ? "noise floor: no (task, agent) with 2 or more scored repeats"
+        : `campaign noise floor: a run's outcome varies with SD ${(100 * Math.sqrt(nz.pooled_variance)).toFixed(1)} pts between repeats (pooled variance ${nz.pooled_variance.toFixed(4)} over ${nz.cells_with_repeats} (task, agent) cell(s), ${nz.dof} degrees of freedom)`,
+      ...nz.tasks.map((t) => `flip rate ${t.task_id}: ${(100 * t.flip_rate).toFixed(1)} % of ${t.pairs} repeat pair(s) (${nz.cells.filter((c) => c.task_id === t.task_id).map((c) => `${c.agent} ${c.resolved}/${c.n}`).join(", ")})`),
+    ],
+  });
+  if (d.scan) {
+    const flagged = d.scan.filter((s) => s.flagged);
+    out.push({
+      id: "scan",
+      title: "Reward-hacking scan — rules over each run's trace and patch (never a score change)",
+      note: `${flagged.length} of ${d.scan.length} run(s) flagged; flag = a finding a reader should look at; notes (reading or writing tests) are context only`,
+      header: ["run", "rule", "where", "evidence", "judge"],
+      rows: flagged.flatMap((s) =>
+        s.findings
+          .filter((f) => f.severity === "flag")
+          .map((f, k) => [
+            s.run_id,
+            f.rule,
+            f.where === "trace" ? `step ${f.step}` : `${f.file ?? "patch"}${f.line ? `:${f.line}` : ""}`,
+            f.evidence,
+            k > 0 || !s.judge ? "" : s.judge.verdict !== null ? s.judge.verdict.split("\n")[0]! : `(judge failed: ${s.judge.error})`,
+          ]),
+      ),
+    });
+  }
   out.push({
     id: "runs",
     title: "Runs",
-    header: ["run", "agent", "task", "category", "status", "Set A", "Set B", "s_p", "time"],
+    header: ["run", "agent", "task", "category", "status", "Set A", "Set B", "s_p", "time", ...(priced ? ["cost"] : []), "flagged"],
     rows: d.runs.map((r) => [
       r.run_id,
       r.agent,
@@ -149,6 +192,8 @@ export function sections(d: ReportData): Section[] {
       r.resolved === null ? DASH : r.resolved ? "resolved" : "no",
       num(r.score, 3),
       r.harness === "predictions" ? DASH : `${(r.wall_s / 60).toFixed(1)} min`,
+      ...(priced ? [usd(r.cost_usd)] : []),
+      r.flagged === null ? DASH : r.flagged ? `flagged (${d.scan?.find((s) => s.run_id === r.run_id)?.findings.filter((f) => f.severity === "flag").map((f) => f.rule).filter((v, i, a) => a.indexOf(v) === i).join(", ")})` : "no",
     ]),
     after: d.skipped.length ? d.skipped.map((s) => `skipped ${s.run}: ${s.why}`) : undefined,
   });

@@ -4,6 +4,8 @@ import { classifyAssertions } from "./assertions.js";
 import { computeReport, type ReportData } from "./compute.js";
 import { loadCampaign } from "./load.js";
 import type { Prices } from "./prices.js";
+import { scanCampaign, trajectoriesOf } from "../trajectory/campaign.js";
+import { judgeFlagged, type JudgeOptions } from "../trajectory/judge.js";
 
 export { renderText } from "./render-text.js";
 export { renderMarkdown } from "./render-md.js";
@@ -15,6 +17,10 @@ export interface BuildReportOptions {
   compare?: [string, string] | null;
   /** Python for Figure 6's classifier (default $INFRADEV_HOST_PYTHON, else python3). */
   hostPython?: string;
+  /** The reward-hacking scan over every run (default on). */
+  scan?: boolean;
+  /** An OpenAI-compatible chat endpoint (…/v1) that reads each flagged run and gives its verdict beside the rules'. */
+  judge?: JudgeOptions | null;
 }
 
 /** Reads the campaign folder and computes every number (Figure 6's classifier runs once over all patches). */
@@ -22,7 +28,13 @@ export async function buildReport(campaignDir: string, opts: BuildReportOptions 
   const campaign = loadCampaign(campaignDir);
   const patches = campaign.runs.flatMap((r) => (r.patch ? [{ id: r.record.run_id, patch: r.patch }] : []));
   const assertions = await classifyAssertions(patches, opts.hostPython);
-  return computeReport(campaign, { prices: opts.prices ?? null, compare: opts.compare ?? null, assertions });
+  let scans: ReportData["scan"] = null;
+  if (opts.scan !== false) {
+    const trajectories = trajectoriesOf(campaign, opts.prices ?? null);
+    scans = scanCampaign(campaign, trajectories);
+    if (opts.judge) scans = await judgeFlagged(scans, trajectories, campaign, opts.judge);
+  }
+  return computeReport(campaign, { prices: opts.prices ?? null, compare: opts.compare ?? null, assertions, scans });
 }
 
 /** A report file appears whole or not at all (temp file + rename in the same folder). */
