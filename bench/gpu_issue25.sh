@@ -11,7 +11,7 @@
 # and checks that every carried piece exists. On the device machine (the run tool), carry dist and
 # .device/i25:
 #   run(command="bash bench/gpu_issue25.sh", carry=["dist", ".device/i25"], timeout_s=600)
-# Knobs: MUTANTS=10 JOBS=8 TIME_LIMIT_MIN=3 CHECK_S=330 CURATE_S=300 (seconds per step).
+# Knobs: SKIP_CURATE=1 (the check alone), MUTANTS=10 JOBS=8 TIME_LIMIT_MIN=3 CHECK_S=330 CURATE_S=300 (seconds per step).
 set -u
 C=.device/i25
 SHALLOW_3812=40627d00d96cef74aceab35e0e3c170e900f3aff
@@ -41,8 +41,12 @@ if [ "${1:-}" = "--prepare-only" ]; then
   exit 0
 fi
 
-OUT=${OUT:-/tmp/gpu-issue25-out}
+# Everything is written under $OUT/all and packed at the end into $OUT/all.tar.gz (the device tool
+# brings back at most 8 files); summary.json and walls.txt are also left beside it.
+FINAL=${OUT:-/tmp/gpu-issue25-out}
+OUT=$FINAL/all
 mkdir -p "$OUT"
+trap 'tar -C "$OUT" -czf "$FINAL/all.tar.gz" . 2>/dev/null' EXIT
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export INFRADEV_GIT_CACHE=/tmp/infradev-git HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 T0=$(date +%s)
@@ -69,12 +73,13 @@ setup() {
   # The repository curate reads: both bundles' commits, tags renamed per PR (both bundles tag base/merge).
   rm -rf /tmp/mega.git && git init -q --bare /tmp/mega.git
   printf '%s\n' $SHALLOW_3812 $SHALLOW_4028 > /tmp/mega.git/shallow
-  git -C /tmp/mega.git fetch -q --no-tags $C/megatron-lm-pr3812.bundle 'refs/tags/*:refs/tags/pr3812/*'
-  git -C /tmp/mega.git fetch -q --no-tags $C/megatron-lm-pr4028.bundle 'refs/tags/*:refs/tags/pr4028/*'
+  git -C /tmp/mega.git fetch -q --no-tags "$PWD/$C/megatron-lm-pr3812.bundle" 'refs/tags/*:refs/tags/pr3812/*'
+  git -C /tmp/mega.git fetch -q --no-tags "$PWD/$C/megatron-lm-pr4028.bundle" 'refs/tags/*:refs/tags/pr4028/*'
   git -C /tmp/mega.git tag -l
 }
 export PATH=/tmp/nodebin:$PATH C URL SHALLOW_3812 SHALLOW_4028
-step setup 120 setup || { echo "setup failed:"; tail -20 "$OUT/setup.err"; exit 1; }
+export -f setup
+step setup 120 bash -c setup || { echo "setup failed:"; tail -20 "$OUT/setup.err"; exit 1; }
 
 # --- (a) curate --run, one per PR (each bundle is its own shallow main line: --branch names it) ---
 curate_one() {  # PR MERGE
@@ -85,17 +90,19 @@ curate_one() {  # PR MERGE
 }
 export -f curate_one
 # Both curate runs go in the background while (b) runs: the tests use a sliver of the GPU.
+if [ -z "${SKIP_CURATE:-}" ]; then
 ( step curate-4028 "$(( ${CURATE_S:-300} + 60 ))" bash -c "curate_one 4028 $MERGE_4028" ) &
 P4028=$!
 ( step curate-3812 "$(( ${CURATE_S:-300} + 60 ))" bash -c "curate_one 3812 $MERGE_3812" ) &
 P3812=$!
+fi
 
 # --- (b) task check of the new task, a small mutant sample ---
 step check "${CHECK_S:-330}" node dist/cli/main.js task check megatron-fp32-local-accum --sandbox none \
   --out /tmp/infradev-check --calibration-dir /tmp/infradev-cal --jobs "${JOBS:-8}" \
   --mutants "${MUTANTS:-10}" --time-limit "${TIME_LIMIT_MIN:-3}" --html "$OUT/check.html" --json
 cp "$OUT/check.out" "$OUT/check-report.json" 2>/dev/null
-wait $P4028 $P3812
+[ -z "${SKIP_CURATE:-}" ] && wait $P4028 $P3812
 
 # --- summary: what was measured (not what the issue expects) ---
 python3 - "$OUT" <<'PY' | tee "$OUT/summary.json"
@@ -124,3 +131,4 @@ print(json.dumps(s, indent=1, default=str))
 PY
 echo "total wall $(( $(date +%s) - T0 )) s"; cat "$WALL"
 ls -la "$OUT"
+cp "$OUT/summary.json" "$WALL" "$FINAL/" 2>/dev/null
