@@ -31,7 +31,9 @@ def test_the_flag_parses(argv, expected):
 
 
 @pytest.mark.probe(promise="flag-and-plumbing", kind="condition")
-@pytest.mark.parametrize("patterns", [("head.weight",), ("layers.1.*", "head.weight")])
+# get_model wraps a bf16 model in Float16Module before DDP, so DDP sees "module.head.weight": the
+# patterns start with "*".
+@pytest.mark.parametrize("patterns", [("*head.weight",), ("*layers.1.*", "*head.weight")])
 def test_get_model_passes_the_patterns_to_ddp(model_parallel, monkeypatch, patterns):
     from megatron.core.distributed import DistributedDataParallel
     from megatron.core.transformer import TransformerConfig
@@ -59,9 +61,12 @@ def test_get_model_passes_the_patterns_to_ddp(model_parallel, monkeypatch, patte
     ddp = model[0]
     got = ddp.ddp_config.param_name_patterns_for_fp32_local_accumulation
     assert tuple(got) == tuple(patterns), f"DDP's config got {got!r}"
+    seen = 0
     for name, p in ddp.module.named_parameters():
         if not hasattr(p, "main_grad"):
             continue
+        seen += 1
         chosen = any(__import__("fnmatch").fnmatch(name, pat) for pat in patterns)
         want = torch.float32 if chosen else torch.bfloat16
         assert p.main_grad.dtype == want, f"{name}: main_grad {p.main_grad.dtype}, expected {want}"
+    assert seen > 0, "no parameter of the wrapped model has a .main_grad"
