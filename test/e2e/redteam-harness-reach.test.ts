@@ -154,7 +154,7 @@ describe.each(SANDBOX_BACKENDS.filter((b) => b !== "none"))("the harness out of 
     });
     client = new Client({ name: "infradev-redteam-reach", version: "0" });
     await client.connect(transport);
-  }, 180_000);
+  }, 300_000);
   afterAll(async () => {
     await client?.close();
     if (scratch) rmSync(scratch, { recursive: true, force: true });
