@@ -53,8 +53,11 @@ def generate(rng, index, count, world_size):
 
 
 def shrink(workload):
-    """Fewer steps first (keeping the first sync), then fewer and smaller parameters."""
+    """Shorter runs first (everything after an earlier sync dropped), fewer steps, then fewer and
+    smaller parameters."""
     steps = workload["steps"]
+    for j in [i for i, s in enumerate(steps) if s == "sync"][:-1]:
+        yield dict(workload, steps=steps[: j + 1])
     for i in range(len(steps) - 1, 0, -1):
         if steps[i] != "sync":
             yield dict(workload, steps=steps[:i] + steps[i + 1:])
