@@ -141,7 +141,8 @@ export function differentialTestModule(spec: DifferentialSpec, source: string): 
     "    return differential_runner.run_spec(SPEC, differential_driver, BUNDLE)",
   ];
   for (const r of spec.rules) {
-    lines.push("", "", `@pytest.mark.probe(promise=${pyString(r.promise)}, kind=${pyString(r.kind)})`);
+    const ws = spec.world_sizes ? `, world_sizes=[${spec.world_sizes.join(", ")}]` : "";
+    lines.push("", "", `@pytest.mark.probe(promise=${pyString(r.promise)}, kind=${pyString(r.kind)}${ws})`);
     lines.push(`def test_${r.id.replace(/-/g, "_")}(differential_outcome):`, `    differential_outcome.check(${pyString(r.id)})`);
   }
   return `${lines.join("\n")}\n`;
