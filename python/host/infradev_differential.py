@@ -534,12 +534,15 @@ class Differential:
             index, workload, msg = first[rid]
             small, steps = self.shrink(rid, workload, shrink_deadline, int(budget.get("shrink_runs", 40)))
             small_msg = self.run_workload(small).get(rid, msg)
+            small_json = json.dumps(small, sort_keys=True)
+            # The first line is what a grade's result keeps (capped): the rule, the violation, the minimal case.
             failures[rid] = (
-                "differential rule %s (promise %s) fails against golden: %s\n"
+                "differential rule %s (promise %s): %s; minimal failing workload: %s\n"
+                "  %s\n"
                 "  minimal failing workload (shrunk in %d steps from workload %d of seed %d at world size %d): %s\n"
                 "  original workload: %s"
-                % (rid, rule["promise"], small_msg, steps, index, seed, self.world, json.dumps(small, sort_keys=True),
-                   _clip(json.dumps(workload, sort_keys=True)))
+                % (rid, rule["promise"], _clip(small_msg, 160), small_json, small_msg, steps, index, seed, self.world,
+                   small_json, _clip(json.dumps(workload, sort_keys=True)))
             )
         summary = {"workloads": ran, "of": count, "seconds": round(time.monotonic() - started, 2), "failed_rules": sorted(failures)}
         return Outcome(failures, {}, summary)
