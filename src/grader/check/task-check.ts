@@ -14,6 +14,7 @@ import { generateHollow, generateMutants, type Mutant, type MutantSkips } from "
 import { acceptanceProblems, failingCases, type FailingCases } from "./acceptance-rules.js";
 import { scanProbeMarkers, type MarkerScan } from "./probe-markers.js";
 import { classifyGoldSkips } from "./world-size-skips.js";
+import { scoresByOperator } from "./mutant-operators.js";
 import { authorPlaceholders } from "./placeholders.js";
 import { collectiveTimeouts, interfaceContract, promptLeaks, withTaskTrees, type AnalysisOptions } from "./task-analysis.js";
 import type { Calibration, GradeResult } from "../grade/types.js";
@@ -492,6 +493,7 @@ async function gradeMutants({ task, spec, opts, add, say }: CheckContext, { cal 
       score,
       threshold,
       reused,
+      by_operator: scoresByOperator(rows),
       rows,
     };
     if (!all.length) add("error", "mutants", "no mutant could be generated from the golden patch (does it change Python code?)");

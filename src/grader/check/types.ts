@@ -1,3 +1,4 @@
+import type { OperatorScore } from "./mutant-operators.js";
 /** What `task check` takes and what its report holds (report.json; the text and HTML renderings read it). */
 import type { GraderTask } from "../../task/hidden/grader-task.js";
 import type { GradeResult } from "../grade/types.js";
@@ -80,6 +81,8 @@ export interface CheckReport {
     score: number | null;
     threshold: number;
     reused: number;
+    /** The score per mutation operator (check/mutant-operators.ts). */
+    by_operator?: Record<string, OperatorScore>;
     rows: MutantRow[];
   } | null;
   contract: Array<{ name: string; kind: string; defined_at: string; referenced_at: string[]; in_prompt: boolean }>;
