@@ -1,15 +1,4 @@
-import type { MutantRow } from "./types.js";
-
-/** Per mutation operator: how its graded mutants fared, and its own score (killed / graded). */
-export interface OperatorScore {
-  generated: number;
-  graded: number;
-  killed: number;
-  survived: number;
-  equivalent: number;
-  not_run: number;
-  score: number | null;
-}
+import type { MutantRow, OperatorScore } from "./types.js";
 
 /**
  * The mutation score split by operator (issue 22): a score of 1.000 over local, syntactic operators

@@ -1,4 +1,3 @@
-import type { OperatorScore } from "./mutant-operators.js";
 /** What `task check` takes and what its report holds (report.json; the text and HTML renderings read it). */
 import type { GraderTask } from "../../task/hidden/grader-task.js";
 import type { GradeResult } from "../grade/types.js";
@@ -116,3 +115,13 @@ export interface CheckOptions {
 
 export const DEFAULT_MIN_MUTATION_SCORE = 0.9;
 
+/** Per mutation operator: how its graded mutants fared, and its own score (killed / graded). */
+export interface OperatorScore {
+  generated: number;
+  graded: number;
+  killed: number;
+  survived: number;
+  equivalent: number;
+  not_run: number;
+  score: number | null;
+}
