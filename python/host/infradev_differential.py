@@ -361,6 +361,16 @@ def run_one(driver, impl, workload, measure, timeout_s):
 # Shrinking
 
 
+def generic_halves(workload):
+    """Each list of a JSON workload cut to its first or its second half."""
+    for key in sorted(workload):
+        v = workload[key]
+        if isinstance(v, list) and len(v) > 1:
+            half = len(v) // 2
+            yield dict(workload, **{key: v[:half]})
+            yield dict(workload, **{key: v[half:]})
+
+
 def generic_shrink(workload):
     """Smaller versions of a JSON workload: each list made shorter (halves first, then one item
     less), each integer above 1 halved, then one less. The driver's shrink() is tried before."""
@@ -486,7 +496,9 @@ class Differential:
         improved = True
         while improved and runs < max_runs and time.monotonic() < deadline:
             improved = False
-            candidates = list(shrinker(current)) if shrinker else []
+            # Big cuts first (half of a list), then the driver's own, then one item less / smaller numbers.
+            candidates = list(generic_halves(current))
+            candidates += list(shrinker(current)) if shrinker else []
             candidates += list(generic_shrink(current))
             seen = set()
             for cand in candidates:
