@@ -53,7 +53,7 @@ try {
         const a = arms[arm]!;
         const worldSizes = values.ranks ? [Number(values.ranks)] : gradedWorldSizes(a.task.fullSpec);
         const t0 = Date.now();
-        const res = await gradeSubmission({ task: a.task, patchFile: a.task.hidden.goldenPatch, outDir: join(scratch, `out-${arm}-${r}`), sandboxFactory: factory, calibration: a.cal, worldSizes });
+        const { result: res } = await gradeSubmission({ task: a.task, patchFile: a.task.hidden.goldenPatch, outDir: join(scratch, `out-${arm}-${r}`), sandboxFactory: factory, calibration: a.cal, worldSizes });
         const wall = (Date.now() - t0) / 1000;
         a.walls.push(wall);
         log(`${id} ${arm} round ${r + 1}: ${wall.toFixed(1)} s, Set B ${res.with_probes?.passed}/${res.with_probes?.n_cases}, load ${loadavg()[0]!.toFixed(2)}`);

@@ -53,7 +53,7 @@ describe.each(CASES)("$id: differential probes in a real grade at world size 2",
   });
 
   it("a design-level wrong patch passes the official tests and is rejected by a differential rule with its minimal case", async () => {
-    const r = await gradeSubmission({ task, patchFile: join(TEST_FIXTURES, "differential", c.wrong), outDir: join(root, `out-${c.id}-wrong`), sandboxFactory: factory(), calibration: cal, worldSizes: [2] });
+    const { result: r } = await gradeSubmission({ task, patchFile: join(TEST_FIXTURES, "differential", c.wrong), outDir: join(root, `out-${c.id}-wrong`), sandboxFactory: factory(), calibration: cal, worldSizes: [2] });
     expect(r.official!.resolved).toBe(true);
     expect(r.with_probes!.resolved).toBe(false);
     const failed = r.cases.filter((k) => k.outcome !== "passed" && k.id.includes("test_differential.py::"));
@@ -67,7 +67,7 @@ describe.each(CASES)("$id: differential probes in a real grade at world size 2",
 
   it("an alternative-correct patch is accepted", async () => {
     const alt = task.hidden.alternatives.find((a) => a.name === c.alternative)!;
-    const r = await gradeSubmission({ task, patchFile: alt.patchPath, outDir: join(root, `out-${c.id}-alt`), sandboxFactory: factory(), calibration: cal, worldSizes: [2] });
+    const { result: r } = await gradeSubmission({ task, patchFile: alt.patchPath, outDir: join(root, `out-${c.id}-alt`), sandboxFactory: factory(), calibration: cal, worldSizes: [2] });
     expect(r.with_probes!.resolved_strict, JSON.stringify(r.cases.filter((k) => k.outcome !== "passed"), null, 1)).toBe(true);
   }, 900_000);
 });
