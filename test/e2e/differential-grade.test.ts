@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { calibrate } from "../../src/grader/grade/calibrate.js";
 import { gradeSubmission } from "../../src/grader/grade/grade.js";
+import { sessionCases } from "../../src/grader/grade/junit-report.js";
 import { graderSandboxFactory } from "../../src/grader/grade/sandbox-factory.js";
 import type { Calibration } from "../../src/grader/grade/types.js";
 import { bundledTasksDir } from "../../src/lib/paths.js";
@@ -53,15 +54,17 @@ describe.each(CASES)("$id: differential probes in a real grade at world size 2",
   });
 
   it("a design-level wrong patch passes the official tests and is rejected by a differential rule with its minimal case", async () => {
-    const { result: r } = await gradeSubmission({ task, patchFile: join(TEST_FIXTURES, "differential", c.wrong), outDir: join(root, `out-${c.id}-wrong`), sandboxFactory: factory(), calibration: cal, worldSizes: [2] });
+    const { result: r, artifactDir } = await gradeSubmission({ task, patchFile: join(TEST_FIXTURES, "differential", c.wrong), outDir: join(root, `out-${c.id}-wrong`), sandboxFactory: factory(), calibration: cal, worldSizes: [2] });
     expect(r.official!.resolved).toBe(true);
     expect(r.with_probes!.resolved).toBe(false);
     const failed = r.cases.filter((k) => k.outcome !== "passed" && k.id.includes("test_differential.py::"));
     const caught = failed.filter((k) => c.rules.some((rule) => k.id.endsWith(`::test_${rule.replace(/-/g, "_")}`)));
     expect(caught.length, JSON.stringify(failed, null, 1)).toBeGreaterThan(0);
+    const recorded = sessionCases(artifactDir);
     for (const k of caught) {
       expect(k.label).toBe(c.label);
-      expect(k.message).toMatch(/^AssertionError: differential rule diff-[a-z-]+ \(promise [a-z-]+\): .*; minimal failing workload: \{/);
+      // The session's record of the case (what the JUnit report and the logs show): the rule, the violation, the minimal case.
+      expect(recorded.get(k.id)?.record.message).toMatch(/^AssertionError: differential rule diff-[a-z-]+ \(promise [a-z-]+\): .*; minimal failing workload: \{/);
     }
   }, 900_000);
 
