@@ -467,8 +467,10 @@ class Differential:
         dist.all_gather_object(out, local, group=self.agree_group)
         return out
 
-    def run_workload(self, workload):
-        """rule id -> failure message (agreed over ranks: the lowest rank's message where it failed)."""
+    def run_workload(self, workload, candidate=False):
+        """rule id -> failure message (agreed over ranks: the lowest rank's message where it failed).
+        `candidate`: a shrunk workload, which may be one the driver cannot run (golden fails too):
+        then it fails no rule, never the whole differential."""
         key = json.dumps(workload, sort_keys=True)
         if key in self._cache:
             return self._cache[key]
@@ -480,6 +482,9 @@ class Differential:
             local = {"golden_error": None, "failures": evaluate(self.rules, sub, gold)}
         everyone = self._agree(local)
         for r, got in enumerate(everyone):
+            if got["golden_error"] and candidate:
+                self._cache[key] = {}
+                return {}
             if got["golden_error"]:
                 raise SpecError("golden failed on workload %s (rank %d): %s" % (json.dumps(workload), r, got["golden_error"]))
         merged = {}
@@ -509,7 +514,7 @@ class Differential:
                 if runs >= max_runs or not self._rank0_says(time.monotonic() < deadline):
                     break
                 runs += 1
-                if rule_id in self.run_workload(cand):
+                if rule_id in self.run_workload(cand, candidate=True):
                     current, steps, improved = cand, steps + 1, True
                     break
         return current, steps
