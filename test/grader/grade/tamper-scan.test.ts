@@ -84,6 +84,7 @@ describe("scanPatchForTampering", () => {
       rmSync(cache, { recursive: true, force: true });
     });
     await importBundle(resolve(packageRoot(), "..", "shared", "upstream", "megatron-lm-pr3812.bundle"), "https://github.com/NVIDIA/Megatron-LM.git", { shallow: "40627d00d96cef74aceab35e0e3c170e900f3aff" });
+    await importBundle(resolve(packageRoot(), "..", "shared", "upstream", "megatron-lm-pr4028.bundle"), "https://github.com/NVIDIA/Megatron-LM.git", { shallow: "d45fa3e8e140fe5262179f6f94823869b89026a7" });
     let scanned = 0;
     for (const root of [bundledTasksDir(), FIXTURES]) {
       for (const id of listTaskIds(root)) {
