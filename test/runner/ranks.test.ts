@@ -252,7 +252,7 @@ import os, signal, time
 def test_sigkill_the_launcher():
     if os.environ["RANK"] == "0":
         os.kill(os.getppid(), signal.SIGKILL)
-    time.sleep(20)
+    time.sleep(3)
 `,
 };
 
@@ -312,14 +312,16 @@ describe("runRanks against hostile tests", () => {
     for (const i of r.integrity) expect(i.pytest_junit).toBeNull(); // pytest wrote through the rank's own link; the launcher reads no link
   });
 
-  it("a test that SIGTERMs or SIGKILLs the launcher loses the session's records (never a harness error)", async () => {
+  it("a test that SIGTERMs the launcher loses the session's records; a SIGKILL does not reach it (never a harness error)", async () => {
     const term = await run("test_sigterm.py");
     expect(term.harnessError).toBeUndefined();
     expect(term.lostRecords).toMatch(/interrupted from inside the sandbox.*SIGTERM/);
+    // The launcher is the sandbox's pid 1 (bwrap --as-pid-1): the kernel drops a SIGKILL sent to a
+    // namespace's init from inside it, so the launcher lives on and reports the session as it ran.
     const kill = await run("test_sigkill.py");
     expect(kill.harnessError).toBeUndefined();
-    expect(kill.lostRecords).toMatch(/code 137|killed by SIGKILL/);
-    expect(kill.cases).toEqual([]);
+    expect(kill.lostRecords).toBeUndefined();
+    expect(kill.cases).toMatchObject([{ id: "test_sigkill.py::test_sigkill_the_launcher", outcome: "passed" }]);
     expect(processesMatching("test_sigkill.py")).toEqual([]);
   });
 });
