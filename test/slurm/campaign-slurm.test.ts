@@ -271,7 +271,10 @@ describe.skipIf(!plan.run)("signals around a Slurm campaign (no calibration need
     // `timeout` forwards a TERM it receives to its child and then to its whole process group; the child
     // here is a wrapper script (as npx, an entrypoint or a batch script is) that also forwards it: the CLI
     // gets TERM from the group kill and, a few ms later, again from the wrapper.
-    const wrapper = 'trap \'kill -TERM "$child"\' TERM; "$@" & child=$!; wait "$child"; wait "$child"';
+    // The wrapper waits until its child is gone: `timeout` sends TERM to it directly and again through
+    // the group kill, and under load the two arrive apart, each cutting one `wait` short (a wrapper with
+    // two plain waits then exited before the CLI had cancelled: CI, stop 26).
+    const wrapper = 'trap \'kill -TERM "$child"\' TERM; "$@" & child=$!; while kill -0 "$child" 2>/dev/null; do wait "$child"; done';
     const argv = [process.execPath, cli, "grade-many", "--predictions", preds, "--tasks-dir", tasksDir, "--calibration-dir", join(dir, "calibration"), "--out", dir, "--engine", "slurm", "--sbatch-arg=--hold"];
     const child = spawn("timeout", ["--preserve-status", "-s", "TERM", "600", "/bin/sh", "-c", wrapper, "sh", ...argv], { stdio: ["ignore", "ignore", "pipe"] });
     let stderr = "";

@@ -299,10 +299,11 @@ export class SlurmEngine implements Engine {
   async close(): Promise<void> {
     const live = [...this.mine.entries()].filter(([, m]) => m.state === null || !FINAL.has(m.state)).map(([id]) => id);
     if (live.length > 0) {
-      // One scancel for all of them: an interrupted campaign may hold hundreds of jobs and little time
-      // (a wrapper's kill may follow its TERM within seconds).
-      const ids = (await this.status(live)).filter((s) => !FINAL.has(s.state) && s.state !== "unknown").map((s) => s.engineId);
-      if (ids.length) await execa(this.bin("scancel"), ids, { reject: false });
+      // One scancel for all of them, with no squeue first: an interrupted campaign may hold hundreds of
+      // jobs and little time (a wrapper's kill may follow its TERM within seconds), and a squeue that
+      // fails or answers "unknown" under load must not leave a queued job behind (CI, stop 26). scancel
+      // of a job that already ended only prints an error for that id and still cancels the others.
+      await execa(this.bin("scancel"), live, { reject: false });
     }
     this.mine.clear();
     this.exitFiles.clear();
