@@ -72,6 +72,12 @@ export interface LaunchEvent {
   test: string | null;
   after_s: number;
   detail: string;
+  /**
+   * A hang or run timeout: the torch.distributed call the stuck rank waits in and the ranks that did not
+   * arrive, read by the launcher from the ranks' stacks (python/sandbox/infradev_launcher/hang.py).
+   * A diagnosis, never a verdict: the stacks come from processes the code under test runs in.
+   */
+  collective?: { text: string; name: string; call_site: string | null; waiting: number[]; not_arrived: number[]; where: Record<string, string> };
 }
 
 const SEVERITY: Record<CaseOutcome, number> = { error: 3, failed: 2, passed: 1, skipped: 0 };
@@ -83,6 +89,11 @@ function excerpt(text: string): string {
   if (text.length <= EXCERPT_CHARS) return text;
   // The end of a traceback holds the assertion; keep the tail.
   return `[... ${text.length - EXCERPT_CHARS} chars omitted ...]\n${text.slice(-EXCERPT_CHARS)}`;
+}
+
+function headExcerpt(text: string): string {
+  if (text.length <= EXCERPT_CHARS) return text;
+  return `${text.slice(0, EXCERPT_CHARS)}\n[... ${text.length - EXCERPT_CHARS} chars omitted ...]`;
 }
 
 const str = (v: unknown): string => (typeof v === "string" ? v : "");
@@ -154,7 +165,10 @@ export function mergeRankReports(
       const message = str(c.message);
       const resources = resourcesOf(c);
       const killed = typeof c.killed === "string" && c.killed ? c.killed : undefined;
-      return { rank, outcome, message, excerpt: outcome === "passed" ? "" : excerpt(str(c.longrepr) || message), ...(resources ? { resources } : {}), ...(killed ? { killed } : {}) };
+      // A record the launcher wrote when it killed the rank: its message, then the stacks it dumped,
+      // innermost frame first; the head is what says where the rank was.
+      const text = str(c.longrepr) || message;
+      return { rank, outcome, message, excerpt: outcome === "passed" ? "" : typeof c.killed === "string" && c.killed ? headExcerpt(text) : excerpt(text), ...(resources ? { resources } : {}), ...(killed ? { killed } : {}) };
     });
     let outcome: CaseOutcome = "skipped";
     let anyMissing = false;

@@ -4,13 +4,14 @@
  * paired view) and a synthetic run of 10,000 events (time to first render, to filter, to scroll),
  * with no console error and no request. One browser for both.
  */
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { buildView } from "../../src/campaign/view/render.js";
 import { loadPrices } from "../../src/campaign/report/prices.js";
+import type { GradeResult } from "../../src/grader/grade/types.js";
 
 const FIXTURE = resolve("test/fixtures/campaign");
 const CANDIDATES = process.env.INFRADEV_CHROMIUM ? [process.env.INFRADEV_CHROMIUM] : ["/usr/bin/chromium", "/usr/bin/chromium-browser"];
@@ -32,6 +33,12 @@ function bigCampaign(): string {
     lines.push(JSON.stringify({ ts: new Date(Date.UTC(2026, 11, 3) + k * 1000).toISOString(), tool: "run_shell", args: { command: cmd }, duration_ms: 100 + (k % 50), is_error: false, exit_code: k % 97 === 0 ? 1 : 0, result_text_bytes: 300, result: `output of step ${k}\n${"x".repeat(200)}` }));
   }
   writeFileSync(join(d, "trace.jsonl"), lines.join("\n") + "\n");
+  // One fixture run's failing case as the grader writes a hang (test/grader/grade/grade.test.ts checks it does).
+  const gradeFile = join(dir, "runs", "tiny-mean--beta--r1", "grade.json");
+  const g = JSON.parse(readFileSync(gradeFile, "utf8")) as GradeResult;
+  const message = "hang: x did not finish within 15 s on rank 1; collective hang: rank 0 waits in all_reduce called at ops.py:12 in all_mean; did not arrive: rank 1 (at ops.py:10 in all_mean)";
+  g.cases.find((c) => c.outcome !== "passed")!.killed = { reason: "hang", message, stacks: [0, 1].map((rank) => ({ rank, text: `${message}\n\nPython stacks of rank ${rank} when it was killed:\nThread 0x1 (most recent call first):\n  File "ops.py", line ${12 - 2 * rank} in all_mean` })) };
+  writeFileSync(gradeFile, JSON.stringify(g));
   writeFileSync(join(d, "run.json"), JSON.stringify({ schema_version: 1, run_id: id, task_id: "tiny-mean", category: "training", type: "feature", agent: "alpha", harness: "codex", harness_version: "0", model: "model-a", skill: true, repeat: 9, started_at: "2026-12-03T00:00:00Z", ended_at: "2026-12-03T03:00:00Z", wall_s: 10_000, time_limit_min: 150, exit_reason: "time_limit", error: null, attempts: 1, recoveries_used: 0, turns: null, tool_calls: 10_000, tools_used: { run_shell: 10_000 }, tokens: { input: 1e6, cached_input: 5e5, output: 1e5, reasoning: null }, patch_bytes: 0, submitted: false, grade: null }));
   return dir;
 }
@@ -80,6 +87,12 @@ describe("view HTML in headless Chromium", () => {
       expect(cases.find((c) => c[0]!.endsWith("test_one_all_reduce_call"))).toEqual(["infradev_probes/test_probe_mean.py::test_one_all_reduce_call", "probe", "failed", "behavioral-resource"]);
       expect(await page.$$eval("#patch .d-a", (xs) => xs.length)).toBeGreaterThan(0);
       expect(await page.textContent("#run .res")).toContain("cost $0.32");
+      // a run with a hang: the launcher's reading and each killed rank's stacks, under the cases
+      await page.goto(`${url}#run=tiny-mean--beta--r1`);
+      await page.waitForSelector("#killed h4");
+      expect(await page.textContent("#killed .killed-msg")).toContain("did not arrive: rank 1 (at ops.py:10 in all_mean)");
+      expect(await page.$$eval("#killed details.stacks summary", (xs) => xs.map((x) => x.textContent))).toEqual(["rank 0: Python stacks (every thread) before the kill", "rank 1: Python stacks (every thread) before the kill"]);
+      expect(await page.textContent("#killed details.stacks:nth-of-type(2) pre")).toContain('File "ops.py", line 10 in all_mean');
       // the paired view: alpha r2 (adversarial) against beta r3 (golden) on tiny-mean
       await page.goto(`${url}#pair=tiny-mean--alpha--r2,tiny-mean--beta--r3`);
       await page.waitForSelector("#pair-1 .t-row");

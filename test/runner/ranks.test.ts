@@ -95,6 +95,12 @@ describe("runRanks", () => {
     expect(byId.test_sum!.ranks.map((x) => x.resources?.bytes.all_reduce)).toEqual([16, 16]);
     const hang = r.launch!.events.find((e) => e.kind === "hang");
     expect(hang?.test).toMatch(/test_rank1_blocks$/);
+    // The launcher read the stacks it dumped before the kill: rank 1 waits in the test's all_reduce,
+    // rank 0 is somewhere else (the next test, or done).
+    expect(hang!.collective).toMatchObject({ name: "all_reduce", waiting: [1], not_arrived: [0] });
+    expect(hang!.collective!.call_site).toMatch(/^test_ranks\.py:\d+ in test_rank1_blocks$/);
+    expect(hang!.detail).toMatch(/collective hang: rank 1 waits in all_reduce called at test_ranks\.py:\d+ in test_rank1_blocks; did not arrive: rank 0 \(/);
+    expect(byId.test_rank1_blocks!.ranks[1]!.excerpt).toMatch(/^hang: [\s\S]*Python stacks of rank 1 when it was killed:/);
     // Detected within the limit plus a few seconds (restarts and torch imports included in elapsed).
     expect(hang!.after_s).toBeLessThan(perTest + 5);
     expect(elapsed).toBeLessThan(200);

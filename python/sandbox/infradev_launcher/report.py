@@ -37,6 +37,9 @@ def killed_records(result, cfg):
             message = "%s: killed while running (%s)" % (event["kind"], event["detail"])
         else:
             message = "aborted: rank %d was killed while running this test because %s" % (rank, event["detail"])
+        coll = event.get("collective")
+        if event["kind"] == "hang" and nodeid == culprit and isinstance(coll, dict) and coll.get("text"):
+            message += "; " + coll["text"]
         body = message
         if rank in result.stacks:
             body += "\n\nPython stacks of rank %d when it was killed:\n%s" % (rank, result.stacks[rank])

@@ -9,6 +9,7 @@ from infradev_outputs import (
     rank_name, read_bytes, read_json,
 )
 
+from . import hang as hang_explain
 from . import procs
 from .ranks import start_ranks
 
@@ -367,6 +368,7 @@ def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch, progress):
                 detail += " while rank %d was running %s" % (rank, test)
             result.event = make_event("run_timeout", rank, test, time.monotonic() - t_launch, detail, session, t_launch)
             result.stacks = dump_stacks(cfg, ranks.signal_pids(), states, detail)
+            hang_explain.annotate(result.event, result.stacks, cfg.nproc)
             return abnormal
         times = ranks.exit_times()
         for rank, code in enumerate(codes):
@@ -387,6 +389,7 @@ def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch, progress):
         if hang is not None:
             result.event = hang
             result.stacks = dump_stacks(cfg, ranks.signal_pids(), states, hang["detail"])
+            hang_explain.annotate(result.event, result.stacks, cfg.nproc)
             return abnormal
 
 

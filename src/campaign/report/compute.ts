@@ -120,6 +120,11 @@ export interface ReportData {
   /** The reward-hacking scan of every run (rules over trace and patch), or null when not run. */
   scan: Array<RunScan & { agent: string; task_id: string; judge?: JudgeVerdict }> | null;
   noise: NoiseReport;
+  /**
+   * Cases the launcher killed (a hang or the run's time limit), per run: what the grade says of them
+   * (the collective a rank waited in and who did not arrive, when the stacks showed it).
+   */
+  hangs: Array<{ run_id: string; agent: string; task_id: string; case: string; reason: string; message: string; ranks_with_stacks: number[] }>;
 }
 
 /** An optional judge model's word on a flagged run, kept beside the rules' findings. */
@@ -324,5 +329,10 @@ export function computeReport(c: LoadedCampaign, opts: ComputeOptions = {}): Rep
     compare: opts.compare ? compareAgents(scored, opts.compare[0], opts.compare[1]) : null,
     scan: opts.scans ?? null,
     noise: noiseReport(scored, agents),
+    hangs: c.runs.flatMap((r) =>
+      (r.grade?.cases ?? [])
+        .filter((x) => x.killed)
+        .map((x) => ({ run_id: r.record.run_id, agent: r.record.agent, task_id: r.record.task_id, case: x.id, reason: x.killed!.reason, message: x.killed!.message, ranks_with_stacks: x.killed!.stacks.map((s) => s.rank) })),
+    ),
   };
 }

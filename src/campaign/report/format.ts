@@ -158,6 +158,15 @@ export function sections(d: ReportData): Section[] {
       ...nz.tasks.map((t) => `flip rate ${t.task_id}: ${(100 * t.flip_rate).toFixed(1)} % of ${t.pairs} repeat pair(s) (${nz.cells.filter((c) => c.task_id === t.task_id).map((c) => `${c.agent} ${c.resolved}/${c.n}`).join(", ")})`),
     ],
   });
+  if (d.hangs.length) {
+    out.push({
+      id: "hangs",
+      title: "Hangs — cases the launcher killed, and where the ranks were (from their stacks: a diagnosis, never a score change)",
+      note: `${d.hangs.length} case(s) in ${new Set(d.hangs.map((h) => h.run_id)).size} run(s); every rank's Python stacks are in the run's grade.json (cases[].stacks) and in \`infradev view\``,
+      header: ["run", "case", "reason", "what the launcher saw", "stacks of ranks"],
+      rows: d.hangs.map((h) => [h.run_id, h.case, h.reason, h.message || DASH, h.ranks_with_stacks.length ? h.ranks_with_stacks.join(", ") : DASH]),
+    });
+  }
   if (d.scan) {
     const flagged = d.scan.filter((s) => s.flagged);
     out.push({

@@ -185,6 +185,19 @@ export const VIEW_CLIENT_JS = String.raw`
     host.appendChild(el("h3", { text: "Grade" }));
     if (r.cases.length) host.appendChild(table(["case", "suite", "outcome", "failure label"], r.cases.map(function (c) { return [c.id, c.suite, c.outcome, c.label || ""]; }), "cases-table"));
     else host.appendChild(el("p", { text: r.grade_note }));
+    var killed = r.cases.filter(function (c) { return c.killed; });
+    if (killed.length) {
+      var kHost = el("div", { id: "killed" });
+      kHost.appendChild(el("h3", { text: "Killed by the launcher (" + killed.length + "): where each rank was" }));
+      killed.forEach(function (c) {
+        kHost.appendChild(el("h4", { text: c.id + " — " + c.killed.reason }));
+        kHost.appendChild(el("p", { cls: "killed-msg", text: c.killed.message }));
+        c.killed.stacks.forEach(function (s) {
+          kHost.appendChild(el("details", { cls: "stacks" }, [el("summary", { text: "rank " + s.rank + ": Python stacks (every thread) before the kill" }), el("pre", { text: s.text })]));
+        });
+      });
+      host.appendChild(kHost);
+    }
     if (r.tamper_evidence.length) host.appendChild(el("pre", { text: "tamper evidence:\n" + r.tamper_evidence.join("\n") }));
     host.appendChild(el("h3", { text: "Patch" }));
     var pHost = el("div", { id: "patch" });

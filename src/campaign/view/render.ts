@@ -5,6 +5,7 @@ import { scanCampaign, trajectoriesOf } from "../trajectory/campaign.js";
 import type { Trajectory } from "../trajectory/types.js";
 import type { RunScan } from "../trajectory/scan.js";
 import type { JudgeVerdict } from "../report/compute.js";
+import type { GradedCase } from "../../grader/grade/types.js";
 import { VIEW_CLIENT_JS } from "./client.js";
 
 /**
@@ -39,7 +40,7 @@ export interface ViewRun {
   cost_usd: number | null;
   patch_bytes: number;
   patch: string | null;
-  cases: Array<{ id: string; suite: string; outcome: string; label?: string }>;
+  cases: Array<{ id: string; suite: string; outcome: string; label?: string; killed?: GradedCase["killed"] }>;
   grade_note: string;
   tamper_evidence: string[];
   flagged: boolean | null;
@@ -86,7 +87,7 @@ export function viewData(c: LoadedCampaign, opts: { prices?: Prices | null; scan
         cost_usd: price ? runCost(rec.tokens, price) : null,
         patch_bytes: rec.patch_bytes,
         patch: r.patch,
-        cases: g ? g.cases.map((x) => ({ id: x.id, suite: x.suite, outcome: x.outcome, ...(x.label ? { label: x.label } : {}) })) : [],
+        cases: g ? g.cases.map((x) => ({ id: x.id, suite: x.suite, outcome: x.outcome, ...(x.label ? { label: x.label } : {}), ...(x.killed ? { killed: x.killed } : {}) })) : [],
         grade_note: g ? `${g.status}: no cases` : r.gradeProblem ?? "not graded (no grade.json)",
         tamper_evidence: g?.tamper_evidence ?? [],
         flagged: s ? s.flagged : null,

@@ -95,7 +95,8 @@ export function gradeCases(gold: readonly GoldView[], sub: ReadonlyMap<string, C
     const c = sub.get(g.id) ?? (lost ? { id: g.id, suite: g.suite, outcome: "failed" as const, reason: "crash" as const, time_s: 0 } : undefined);
     const outcome = c?.outcome ?? "failed";
     const label = g.required && outcome !== "passed" ? labelFailure(g.id, c, collectionErrors, g.probeKind) : undefined;
-    return { id: g.id, suite: g.suite, outcome, ...(label ? { label } : {}) };
+    const killed = c && "stacks" in c && c.stacks?.length ? { reason: c.reason ?? "aborted", message: c.message ?? "", stacks: c.stacks } : undefined;
+    return { id: g.id, suite: g.suite, outcome, ...(label ? { label } : {}), ...(killed ? { killed } : {}) };
   });
 }
 

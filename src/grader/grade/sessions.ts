@@ -177,6 +177,8 @@ export function caseRecord(c: MergedCase, idPrefix: string, launchStatus?: strin
   const outOfTime =
     launchStatus === "run_timeout" && c.outcome !== "passed" && c.outcome !== "skipped" && (c.reason === "missing" || c.ranks.some((r) => r.message.startsWith("run_timeout")));
   const reason = outOfTime ? "run_timeout" : c.reason;
+  // Ranks the launcher killed in this case: their record's excerpt holds the stacks it dumped first.
+  const killed = c.ranks.filter((r) => r.killed && r.excerpt);
   const id = real?.id ?? c.id;
   const probe = real ? real.probe : c.probe;
   return {
@@ -187,6 +189,7 @@ export function caseRecord(c: MergedCase, idPrefix: string, launchStatus?: strin
     ...(probe ? { probe } : {}),
     ...(errorType ? { error_type: errorType } : {}),
     ...(failing && c.outcome !== "passed" && c.outcome !== "skipped" ? { message: say(firstLine(failing.message || failing.excerpt)) } : {}),
+    ...(killed.length ? { stacks: killed.map((r) => ({ rank: r.rank, text: say(r.excerpt) })) } : {}),
     time_s: c.timeSec,
   };
 }

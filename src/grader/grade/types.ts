@@ -60,6 +60,12 @@ export interface CaseRecord {
   error_type?: string;
   /** First line of that failure's message, capped. */
   message?: string;
+  /**
+   * A case the launcher killed (hang, run timeout, or aborted beside one): per killed rank, its
+   * message and the Python stacks (every thread) faulthandler dumped before the kill, capped.
+   * Diagnosis for people, never read by scoring.
+   */
+  stacks?: Array<{ rank: number; text: string }>;
   time_s: number;
 }
 
@@ -164,6 +170,12 @@ export interface GradedCase {
   suite: Suite;
   outcome: GradedOutcome;
   label?: FailureLabel;
+  /**
+   * The launcher killed this case (a hang, the run's time limit, or a rank aborted beside one): its
+   * message (naming the collective a rank waited in and the ranks that did not arrive, when the stacks
+   * showed it) and each killed rank's Python stacks. For people (report, view); scoring never reads it.
+   */
+  killed?: { reason: string; message: string; stacks: Array<{ rank: number; text: string }> };
 }
 
 /** What `infradev grade --json` prints and `<out>/<task>/<hash>/result.json` holds. */

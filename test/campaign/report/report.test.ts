@@ -321,3 +321,32 @@ it("the fixture's run.json files are RunRecords", () => {
   expect(r.grade).toEqual({ status: "graded", file: "grade.json" });
   expect(r.tools_used.pytest_run).toBe(2);
 });
+
+describe("hangs", () => {
+  it("a case the launcher killed is listed with what it saw and whose stacks the grade holds; none in the fixture as it is", async () => {
+    expect(data.hangs).toEqual([]);
+    expect(renderText(data)).not.toMatch(/Hangs —/);
+    // The fixture with one case of one run as the grader writes a hang (test/grader/grade/grade.test.ts
+    // checks that the grader does): its message and each killed rank's stacks.
+    const dir = join(tmp, "with-hang");
+    cpSync(FIXTURE, dir, { recursive: true });
+    const file = join(dir, "runs", "tiny-mean--beta--r1", "grade.json");
+    const g = JSON.parse(readFileSync(file, "utf8")) as GradeResult;
+    const victim = g.cases.find((c) => c.outcome !== "passed")!;
+    const message = "hang: tests/test_ops.py::x did not finish within 15 s on rank 1; killed after 15.0 s; collective hang: rank 0 waits in all_reduce called at ops.py:12 in all_mean; did not arrive: rank 1 (at ops.py:10 in all_mean)";
+    victim.killed = { reason: "hang", message, stacks: [0, 1].map((rank) => ({ rank, text: `${message}\n\nPython stacks of rank ${rank} when it was killed:\n...` })) };
+    writeFileSync(file, JSON.stringify(g));
+    const d = await buildReport(dir, { hostPython: "/usr/bin/python3" });
+    expect(d.hangs).toEqual([{ run_id: "tiny-mean--beta--r1", agent: "beta", task_id: "tiny-mean", case: victim.id, reason: "hang", message, ranks_with_stacks: [0, 1] }]);
+    const text = renderText(d);
+    expect(text).toMatch(/Hangs — cases the launcher killed/);
+    expect(text).toContain("did not arrive: rank 1 (at ops.py:10 in all_mean)");
+    expect(renderMarkdown(d)).toContain(victim.id);
+    // A diagnosis, not a score: the run's numbers are those of the fixture as it is.
+    const verdict = (x: ReportData) => {
+      const r = x.runs.find((y) => y.run_id === "tiny-mean--beta--r1")!;
+      return [r.status, r.score, r.resolved, r.resolved_set_a, r.error_types];
+    };
+    expect(verdict(d)).toEqual(verdict(data));
+  });
+});

@@ -109,6 +109,15 @@ describe.each(SANDBOX_BACKENDS)("grader on the %s sandbox", (backend) => {
       const cases = byId(out.result);
       expect(out.result.status).toBe("graded");
       expect(cases.get("test_all_mean_same_on_every_rank")).toMatchObject({ outcome: "error", label: "structural:hang" });
+      // Before the kill the launcher dumped every rank's stacks and read them: rank 0 waits in all_reduce
+      // (the call site is the patch's, not the probe library's counting wrapper), rank 1 never came.
+      const killed = cases.get("test_all_mean_same_on_every_rank")!.killed!;
+      expect(killed.reason).toBe("hang");
+      expect(killed.message).toMatch(/collective hang: rank 0 waits in all_reduce called at \S+\.py:\d+ in all_mean; did not arrive: rank 1 \(at \S+\.py:\d+ in all_mean\)/);
+      expect(killed.stacks.map((s) => s.rank)).toEqual([0, 1]);
+      expect(killed.stacks[0]!.text).toMatch(/Python stacks of rank 0 when it was killed:[\s\S]*distributed_c10d\.py", line \d+ in all_reduce/);
+      expect(killed.stacks[1]!.text).toMatch(/Python stacks of rank 1 when it was killed:[\s\S]*line \d+ in all_mean/);
+      expect(killed.stacks[1]!.text).not.toMatch(/distributed_c10d/);
       // Tests after the hang ran (in the launcher's restarted session) and passed.
       for (const id of ["test_all_mean_keeps_input", "test_mean_is_the_average", "test_one_all_reduce_call"]) expect(cases.get(id)!.outcome, id).toBe("passed");
       expect(out.result.with_probes).toMatchObject({ passed: 5, resolved: false });

@@ -1,0 +1,109 @@
+"""The launcher's reading of a hang (python/sandbox/infradev_launcher/hang.py), on real faulthandler
+dumps of real threads: one waiting in torch.distributed (a gloo rendezvous whose peer never comes), one
+sleeping in plain Python. The grade-level test (test/grader/grade/grade.test.ts, a rank that sleeps
+while the other waits in all_reduce) covers the whole path through the launcher."""
+
+import datetime
+import faulthandler
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+from conftest import SANDBOX_PY
+
+sys.path.insert(0, SANDBOX_PY)
+from infradev_launcher import hang  # noqa: E402
+
+
+def _dump_all_threads():
+    with tempfile.TemporaryFile("w+") as f:
+        faulthandler.dump_traceback(file=f, all_threads=True)
+        f.seek(0)
+        return f.read()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dump_once_inside(needle, limit=60.0):
+    """All threads' stacks, dumped again until some thread is inside `needle` (it may still be starting)."""
+    end = time.monotonic() + limit
+    text = _dump_all_threads()
+    while needle not in text and time.monotonic() < end:
+        time.sleep(0.05)
+        text = _dump_all_threads()
+    return text
+
+
+def waits_for_a_peer(port, started):
+    import torch.distributed as dist
+
+    started.set()
+    try:  # rank 0 of 2: the peer never comes, the rendezvous times out after a few seconds
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=0, world_size=2,
+                                timeout=datetime.timedelta(seconds=3))
+    except Exception:  # noqa: BLE001 - the timeout is the expected end
+        pass
+
+
+def sleeps_elsewhere(started, stop):
+    started.set()
+    while not stop.is_set():
+        time.sleep(0.05)
+
+
+def test_a_thread_waiting_in_torch_distributed_is_named_with_its_call_site():
+    import torch.distributed  # noqa: F401 - imported before the thread so the dump sees it inside
+
+    started = threading.Event()
+    t = threading.Thread(target=waits_for_a_peer, args=(_free_port(), started), daemon=True)
+    t.start()
+    started.wait(10)
+    text = _dump_once_inside("in init_process_group")
+    threads = hang.parse_stacks(text)
+    assert len(threads) >= 2 and sum(th["current"] for th in threads) == 1
+    pos = hang.rank_position(text)
+    assert pos["collective"] == "init_process_group", pos
+    assert pos["call_site"].startswith("test_hang.py:") and pos["call_site"].endswith(" in waits_for_a_peer"), pos
+    t.join(30)
+
+
+def test_explain_names_the_waiting_rank_and_where_the_absent_one_is():
+    import torch.distributed  # noqa: F401
+
+    started, stop = threading.Event(), threading.Event()
+    t = threading.Thread(target=waits_for_a_peer, args=(_free_port(), started), daemon=True)
+    t.start()
+    started.wait(10)
+    waiting = _dump_once_inside("in init_process_group")
+    t.join(30)
+    s_started = threading.Event()
+    s = threading.Thread(target=sleeps_elsewhere, args=(s_started, stop), daemon=True)
+    s.start()
+    s_started.wait(10)
+    elsewhere = _dump_all_threads()
+    stop.set()
+    s.join(10)
+    # Rank 1's dump holds no torch.distributed frame: its position is its main thread's innermost frame.
+    pos1 = hang.rank_position(elsewhere)
+    assert pos1["collective"] is None and pos1["at"].startswith("test_hang.py:"), pos1
+    sentence, record = hang.explain({"rank": 1}, {0: waiting, 1: elsewhere}, 3)
+    assert record["name"] == "init_process_group" and record["waiting"] == [0] and record["not_arrived"] == [1, 2]
+    assert record["where"]["2"] == "no stack (exited or did not answer)"
+    assert sentence.startswith("collective hang: rank 0 waits in init_process_group called at test_hang.py:")
+    assert "did not arrive: rank 1 (at test_hang.py:" in sentence and "rank 2 (no stack" in sentence
+    # Nothing in torch.distributed on any rank: no collective to name.
+    assert hang.explain({"rank": 0}, {0: elsewhere, 1: elsewhere}, 2) is None
+    # annotate adds the sentence to the event's detail and the record beside it; garbage changes nothing.
+    event = {"rank": 1, "detail": "test x did not finish within 5 s"}
+    hang.annotate(event, {0: waiting, 1: elsewhere}, 2)
+    assert event["detail"].startswith("test x did not finish within 5 s; collective hang: rank 0 waits in init_process_group")
+    assert event["collective"]["not_arrived"] == [1]
+    event = {"rank": 0, "detail": "d"}
+    hang.annotate(event, {0: "not a dump\x00", 1: ""}, 2)
+    assert event == {"rank": 0, "detail": "d"}
