@@ -1,11 +1,9 @@
-import { readFileSync, readdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { packageRoot } from "../../src/lib/paths.js";
 import { loadPublicTask } from "../../src/task/public/loader.js";
 import { loadGraderTask } from "../../src/task/hidden/grader-task.js";
-import { importBundle } from "../../src/task/public/snapshot.js";
+import { seedGitCache } from "../helpers/upstream.js";
 import { interfaceContract, promptLeaks } from "../../src/grader/check/task-analysis.js";
 
 /**
@@ -17,19 +15,12 @@ import { interfaceContract, promptLeaks } from "../../src/grader/check/task-anal
  */
 
 const TASK = "megatron-fp32-local-accum";
-const BUNDLE = resolve(packageRoot(), "..", "shared", "upstream", "megatron-lm-pr4028.bundle");
 let scratch: string;
-const saved = process.env.INFRADEV_GIT_CACHE;
+let restore: () => void;
 beforeAll(async () => {
-  scratch = mkdtempSync(join(tmpdir(), "infradev-megatron-fp32-"));
-  process.env.INFRADEV_GIT_CACHE = join(scratch, "cache");
-  await importBundle(BUNDLE, "https://github.com/NVIDIA/Megatron-LM.git", { shallow: "d45fa3e8e140fe5262179f6f94823869b89026a7" });
+  ({ scratch, restore } = await seedGitCache(["megatron-lm-pr4028"], "infradev-megatron-fp32-"));
 });
-afterAll(() => {
-  if (saved === undefined) delete process.env.INFRADEV_GIT_CACHE;
-  else process.env.INFRADEV_GIT_CACHE = saved;
-  rmSync(scratch, { recursive: true, force: true });
-});
+afterAll(() => restore?.());
 
 describe("megatron-fp32-local-accum", () => {
   it("loads: git source at the PR's base, 1 GPU, the 8 two-GPU cases deselected with a reason, merge grader-only", () => {

@@ -1,14 +1,13 @@
 import { spawnSync } from "node:child_process";
-import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { cpSync, readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { packageRoot } from "../../src/lib/paths.js";
 import { TaskError } from "../../src/task/public/errors.js";
 import { loadPublicTask } from "../../src/task/public/loader.js";
 import { loadGraderTask } from "../../src/task/hidden/grader-task.js";
 import { taskRunnableHere } from "../../src/task/public/runnable.js";
-import { importBundle } from "../../src/task/public/snapshot.js";
+import { seedGitCache } from "../helpers/upstream.js";
 import { interfaceContract, promptLeaks } from "../../src/grader/check/task-analysis.js";
 
 /**
@@ -20,20 +19,13 @@ import { interfaceContract, promptLeaks } from "../../src/grader/check/task-anal
  */
 
 const TASK = "megatron-param-layout";
-const BUNDLE = resolve(packageRoot(), "..", "shared", "upstream", "megatron-lm-pr3812.bundle");
 const tsx = join(packageRoot(), "node_modules", ".bin", "tsx");
 let scratch: string;
-const saved = process.env.INFRADEV_GIT_CACHE;
+let restore: () => void;
 beforeAll(async () => {
-  scratch = mkdtempSync(join(tmpdir(), "infradev-megatron-"));
-  process.env.INFRADEV_GIT_CACHE = join(scratch, "cache");
-  await importBundle(BUNDLE, "https://github.com/NVIDIA/Megatron-LM.git", { shallow: "40627d00d96cef74aceab35e0e3c170e900f3aff" });
+  ({ scratch, restore } = await seedGitCache(["megatron-lm-pr3812"], "infradev-megatron-"));
 });
-afterAll(() => {
-  if (saved === undefined) delete process.env.INFRADEV_GIT_CACHE;
-  else process.env.INFRADEV_GIT_CACHE = saved;
-  rmSync(scratch, { recursive: true, force: true });
-});
+afterAll(() => restore?.());
 
 describe("megatron-param-layout", () => {
   it("loads: a git source at the PR's base, 1 GPU, the post-PR commit and test selection grader-only", () => {

@@ -1,13 +1,12 @@
 import { TEST_FIXTURES } from "../../helpers/paths.js";
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { scanPatchForTampering } from "../../../src/grader/grade/tamper-scan.js";
-import { bundledTasksDir, packageRoot } from "../../../src/lib/paths.js";
+import { bundledTasksDir } from "../../../src/lib/paths.js";
+import { seedGitCache } from "../../helpers/upstream.js";
 import { listTaskIds } from "../../../src/task/public/loader.js";
 import { loadGraderTask } from "../../../src/task/hidden/grader-task.js";
-import { importBundle } from "../../../src/task/public/snapshot.js";
 
 const FIXTURES = join(TEST_FIXTURES, "grader", "tasks");
 
@@ -75,16 +74,8 @@ describe("scanPatchForTampering", () => {
 
   it("finds nothing in any bundled or fixture task's golden, adversarial or hollow patch (no false alarm on real changes)", async () => {
     // A git-sourced task's golden patch comes from the git cache: seeded here from the upstream bundle.
-    const cache = mkdtempSync(join(tmpdir(), "infradev-tamper-git-"));
-    const savedCache = process.env.INFRADEV_GIT_CACHE;
-    process.env.INFRADEV_GIT_CACHE = cache;
-    onTestFinished(() => {
-      if (savedCache === undefined) delete process.env.INFRADEV_GIT_CACHE;
-      else process.env.INFRADEV_GIT_CACHE = savedCache;
-      rmSync(cache, { recursive: true, force: true });
-    });
-    await importBundle(resolve(packageRoot(), "..", "shared", "upstream", "megatron-lm-pr3812.bundle"), "https://github.com/NVIDIA/Megatron-LM.git", { shallow: "40627d00d96cef74aceab35e0e3c170e900f3aff" });
-    await importBundle(resolve(packageRoot(), "..", "shared", "upstream", "megatron-lm-pr4028.bundle"), "https://github.com/NVIDIA/Megatron-LM.git", { shallow: "d45fa3e8e140fe5262179f6f94823869b89026a7" });
+    const { restore } = await seedGitCache(["megatron-lm-pr3812", "megatron-lm-pr4028"], "infradev-tamper-git-");
+    onTestFinished(restore);
     let scanned = 0;
     for (const root of [bundledTasksDir(), FIXTURES]) {
       for (const id of listTaskIds(root)) {
