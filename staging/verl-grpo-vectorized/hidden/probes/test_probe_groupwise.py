@@ -1,0 +1,179 @@
+"""verl.utils.groupwise on its own: the statistics against a float64 reference (gaps in the ids,
+singletons, other dtypes, the variance floor, the length check) and the label mapping (every kind of
+label the prompt names, equality of ids exactly when labels are equal)."""
+
+import uuid
+
+import numpy as np
+import pytest
+import torch
+
+
+def _gw():
+    from verl.utils import as_torch_index, group_mean_std
+
+    return as_torch_index, group_mean_std
+
+
+def _reference(scores, gidx, eps):
+    x = scores.double().tolist()
+    ids = gidx.tolist()
+    G = max(ids) + 1
+    mean, std, cnt = [0.0] * G, [1.0] * G, [0.0] * G
+    for g in range(G):
+        v = [x[i] for i in range(len(x)) if ids[i] == g]
+        cnt[g] = float(len(v))
+        if len(v) >= 2:
+            m = sum(v) / len(v)
+            var = sum((a - m) ** 2 for a in v) / (len(v) - 1)
+            mean[g], std[g] = m, max(var, eps) ** 0.5
+    f64 = torch.float64
+    return torch.tensor(mean, dtype=f64), torch.tensor(std, dtype=f64), torch.tensor(cnt, dtype=f64)
+
+
+def _check(scores, gidx, eps=1e-6, rtol=1e-5, atol=1e-5):
+    _, group_mean_std = _gw()
+    m, s, c = group_mean_std(scores, gidx, eps=eps, device="cpu")
+    rm, rs, rc = _reference(scores, gidx, eps)
+    for t in (m, s, c):
+        assert t.dtype == torch.float32 and t.shape == rm.shape and t.device.type == "cpu"
+    assert torch.equal(c, rc.float())
+    assert torch.allclose(m.double(), rm, rtol=rtol, atol=atol), (m, rm)
+    assert torch.allclose(s.double(), rs, rtol=rtol, atol=atol), (s, rs)
+
+
+@pytest.mark.probe(promise="group-stats", kind="numerical")
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_stats_random_groups_with_gaps(seed):
+    g = torch.Generator().manual_seed(seed)
+    gidx = torch.randint(0, 40, (600,), generator=g) * 2  # every odd id unused, some even ones singletons or empty
+    gidx[:5] = torch.tensor([81, 83, 85, 85, 87])  # singletons 81, 83, 87 and a pair at 85
+    scores = torch.randn(600, generator=g) * 3.0 + 1.0
+    _check(scores, gidx)
+
+
+@pytest.mark.probe(promise="group-stats", kind="numerical")
+def test_unused_ids_and_singletons_are_mean0_std1():
+    _, group_mean_std = _gw()
+    scores = torch.tensor([5.0, 7.0, 4.0, -2.0])
+    gidx = torch.tensor([3, 3, 6, 0])
+    m, s, c = group_mean_std(scores, gidx, device="cpu")
+    assert m.shape == (7,)
+    assert c.tolist() == [1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 1.0]
+    for k in (0, 1, 2, 4, 5, 6):
+        assert m[k].item() == 0.0 and s[k].item() == 1.0, (k, m, s)
+    assert m[3].item() == pytest.approx(6.0) and s[3].item() == pytest.approx(2.0**0.5, rel=1e-6)
+
+
+@pytest.mark.probe(promise="group-stats", kind="numerical")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.int64, torch.float16])
+def test_stats_other_score_dtypes(dtype):
+    g = torch.Generator().manual_seed(11)
+    gidx = torch.randint(0, 9, (200,), generator=g)
+    scores = (torch.randn(200, generator=g) * 4).to(dtype)
+    _check(scores.float(), gidx)  # the reference on the values as given
+    _, group_mean_std = _gw()
+    a = group_mean_std(scores, gidx, device="cpu")
+    b = group_mean_std(scores.float(), gidx, device="cpu")
+    for x, y in zip(a, b):
+        assert x.dtype == torch.float32
+        assert torch.allclose(x, y, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.probe(promise="group-stats", kind="numerical")
+@pytest.mark.parametrize("eps", [1e-6, 1e-2, 0.5])
+def test_variance_floor(eps):
+    scores = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.1, 2.0, 4.0, 2.0, 2.5])
+    gidx = torch.tensor([0, 0, 0, 1, 1, 2, 2, 3, 3])
+    _check(scores, gidx, eps=eps)
+
+
+@pytest.mark.probe(promise="group-stats", kind="condition")
+def test_length_mismatch_raises():
+    _, group_mean_std = _gw()
+    with pytest.raises(ValueError):
+        group_mean_std(torch.zeros(5), torch.zeros(4, dtype=torch.long), device="cpu")
+
+
+@pytest.mark.probe(promise="group-stats", kind="numerical")
+def test_two_dim_inputs_are_flattened():
+    _, group_mean_std = _gw()
+    scores = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    gidx = torch.tensor([[0, 1, 0, 1], [2, 2, 0, 1], [2, 0, 1, 2]])
+    m, s, c = group_mean_std(scores, gidx, device="cpu")
+    rm, rs, rc = _reference(scores.flatten(), gidx.flatten(), 1e-6)
+    assert torch.allclose(m.double(), rm) and torch.allclose(s.double(), rs) and torch.equal(c, rc.float())
+
+
+def _same_partition(ids, labels):
+    ids = ids.tolist()
+    n = len(labels)
+    for i in range(n):
+        for j in range(n):
+            assert (ids[i] == ids[j]) == (labels[i] == labels[j]), (i, j, labels[i], labels[j], ids)
+
+
+def _check_index(index, want_labels, want_values=None, contiguous=False):
+    as_torch_index, _ = _gw()
+    ids = as_torch_index(index, device="cpu")
+    assert isinstance(ids, torch.Tensor) and ids.dtype == torch.long and ids.dim() == 1 and ids.device.type == "cpu"
+    assert ids.numel() == len(want_labels)
+    _same_partition(ids, want_labels)
+    if want_values is not None:
+        assert ids.tolist() == list(want_values)
+    if contiguous:
+        assert sorted(set(ids.tolist())) == list(range(len(set(want_labels))))
+    return ids
+
+
+@pytest.mark.probe(promise="index-labels", kind="state")
+def test_uuid_strings_are_factorised():
+    us = [str(uuid.UUID(int=(k * 2654435761) % (1 << 127))) for k in range(1, 30)]
+    labels = [us[(i * 7) % len(us)] for i in range(200)]
+    _check_index(np.array(labels, dtype=object), labels, contiguous=True)
+    _check_index(labels, labels, contiguous=True)
+
+
+@pytest.mark.probe(promise="index-labels", kind="state")
+def test_integer_labels_keep_their_value():
+    vals = [17, 3, 17, 250, 3, 0, 99]
+    _check_index(vals, vals, want_values=vals)
+    _check_index(np.array(vals, dtype=np.int32), vals, want_values=vals)
+    _check_index(torch.tensor(vals, dtype=torch.int16), vals, want_values=vals)
+    _check_index(np.array(vals, dtype=object), vals, want_values=vals)
+    _check_index([str(v) for v in vals], vals, want_values=vals)
+    _check_index(torch.tensor([True, False, True]), [1, 0, 1], want_values=[1, 0, 1])
+    _check_index([True, False, False], [1, 0, 0], want_values=[1, 0, 0])
+
+
+@pytest.mark.probe(promise="index-labels", kind="state")
+def test_near_integer_floats_round():
+    vals = [4.0000002, 4.0, 7.9999999, 8.0, 2.0]
+    _check_index(np.array(vals), [4, 4, 8, 8, 2], want_values=[4, 4, 8, 8, 2])
+    _check_index(torch.tensor(vals, dtype=torch.float64), [4, 4, 8, 8, 2], want_values=[4, 4, 8, 8, 2])
+
+
+@pytest.mark.probe(promise="index-labels", kind="state")
+def test_mixed_labels_compare_as_strings_and_shapes_flatten():
+    labels = ["x", 5, "5", "y", "x", 5.5]
+    as_str = [str(v) for v in labels]
+    _check_index(labels, as_str, contiguous=True)
+    grid = np.array([[3, 1], [1, 3], [2, 2]])
+    _check_index(grid, grid.reshape(-1).tolist(), want_values=grid.reshape(-1).tolist())
+    _check_index(torch.tensor(grid), grid.reshape(-1).tolist(), want_values=grid.reshape(-1).tolist())
+
+
+@pytest.mark.probe(promise="device-policy", kind="state")
+def test_device_policy(monkeypatch):
+    """'meta' stands for a second device on any machine: ids can be moved there, no kernel runs."""
+    as_torch_index, group_mean_std = _gw()
+    monkeypatch.setenv("VERL_FORCE_DEVICE", "meta")
+    for labels in ([3, 1, 3], ["u-1", "u-2", "u-1"], torch.tensor([2, 2, 5]), np.array([1.0, 2.0])):
+        assert as_torch_index(labels).device.type == "meta", labels
+        assert as_torch_index(labels, device="cpu").device.type == "cpu", labels
+    m, s, c = group_mean_std(torch.tensor([1.0, 2.0, 4.0]), torch.tensor([0, 0, 1]), device="cpu")
+    assert m.device.type == s.device.type == c.device.type == "cpu"
+    assert torch.allclose(m, torch.tensor([1.5, 0.0]))
+    monkeypatch.delenv("VERL_FORCE_DEVICE")
+    assert as_torch_index(["a", "b"]).device.type == "cpu"  # pytest sets PYTEST_CURRENT_TEST
+    assert all(t.device.type == "cpu" for t in group_mean_std(torch.tensor([1.0, 3.0]), torch.tensor([0, 0])))
