@@ -357,6 +357,14 @@ def run_one(driver, impl, workload, measure, timeout_s):
     return rec, None
 
 
+def release_group(group):
+    """Destroys a group run_one made (its gloo threads and sockets go with it); never raises."""
+    try:
+        _dist().destroy_process_group(group)
+    except Exception:
+        pass
+
+
 # ---------------------------------------------------------------------------------------------
 # Shrinking
 
@@ -481,6 +489,10 @@ class Differential:
         else:
             local = {"golden_error": None, "failures": evaluate(self.rules, sub, gold)}
         everyone = self._agree(local)
+        # Every rank is past both runs (the gather above): their groups can go. A group left alive
+        # keeps gloo's threads (about three per group and rank); a grade creates hundreds of groups.
+        for rec in (gold[0], sub[0]):
+            release_group(rec.group)
         for r, got in enumerate(everyone):
             if got["golden_error"] and candidate:
                 self._cache[key] = {}

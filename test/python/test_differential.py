@@ -138,3 +138,46 @@ def test_golden_that_reaches_the_submission_is_refused(tmp_path, monkeypatch):
     files = {"pkgy/__init__.py": "", "pkgy/core.py": "import importlib\nhelper = importlib.import_module('pkgy.util').helper\n"}
     with pytest.raises(d.SpecError, match="not private"):
         d.GoldenImpl({"package": "pkgy", "key": "t2", "files": files}).module("pkgy.core")
+
+
+class _NoMeasure:
+    bytes, calls, peak_memory_delta_bytes = {}, {}, None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _AllReduceDriver:
+    """A driver whose every run issues one all-reduce on the run's group."""
+
+    @staticmethod
+    def run(impl, workload, rec):
+        x = torch.full((workload["n"],), float(impl.module("pkgz.core").SCALE))
+        with rec.call("sync"):
+            torch.distributed.all_reduce(x, group=rec.group)
+        rec.value("sync", x)
+
+
+def test_each_workloads_groups_are_released(monkeypatch):
+    # Real gloo in this process (a world of one): a grade runs hundreds of workloads, each on fresh
+    # groups; a group left alive keeps its gloo threads, which on a shared 2-core machine add up to
+    # hundreds of threads per rank. The process's threads and groups must not grow with the workloads.
+    import torch.distributed.distributed_c10d as c10d
+
+    for k in ("MASTER_PORT", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    d._ensure_dist()
+    spec = {"rules": [{"id": "v", "promise": "p", "kind": "numerical", "metric": "values"}]}
+    bundle = {"package": "pkgz", "key": "t3", "files": {"pkgz/__init__.py": "", "pkgz/core.py": "SCALE = 2\n"}}
+    sub = {"package": "pkgz", "key": "t3s", "files": {"pkgz/__init__.py": "", "pkgz/core.py": "SCALE = 2\n"}}
+    diff = d.Differential(spec, _AllReduceDriver, bundle, _NoMeasure)
+    diff.submission = d.GoldenImpl(sub)  # the same code under another private name: every rule holds
+    assert diff.run_workload({"n": 1}) == {}
+    groups, threads = len(c10d._pg_map), len(os.listdir("/proc/self/task"))
+    for n in range(2, 32):
+        assert diff.run_workload({"n": n}) == {}
+    assert len(c10d._pg_map) == groups
+    assert len(os.listdir("/proc/self/task")) <= threads + 2
