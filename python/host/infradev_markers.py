@@ -11,7 +11,9 @@ a method `test_*` of a class `Test*` (pytest's default collection rules), in a f
 class's `pytestmark`, and the module's `pytestmark` (a mark or a list / tuple of marks), the order in
 which pytest's `get_closest_marker` finds them. Each entry: file (relative to the probes dir), line,
 name (`test_x` or `TestC::test_x`), and `marker`: null when no probe marker reaches the test, else
-{"promise", "kind", "line", "problems"} where problems lists what is not a plain string literal.
+{"promise", "kind", "line", "problems", "world_sizes"} where problems lists what is not a plain string
+literal and world_sizes is the marker's `world_sizes=[...]` (the world sizes the probe applies to; it
+skips itself elsewhere), or null.
 
 Stdlib only: this file runs wherever the grader runs, without the task's interpreter.
 """
@@ -44,7 +46,7 @@ def probe_call(node):
 
 
 def marker_of(call):
-    out = {"promise": None, "kind": None, "line": call.lineno, "problems": []}
+    out = {"promise": None, "kind": None, "line": call.lineno, "problems": [], "world_sizes": None}
     names = ("promise", "kind")
     for index, arg in enumerate(call.args[:2]):
         # pytest.mark.probe("promise", "kind") positional form
@@ -58,6 +60,13 @@ def marker_of(call):
                 out[kw.arg] = kw.value.value
             else:
                 out["problems"].append("%s= is not a string literal" % kw.arg)
+        elif kw.arg == "world_sizes":
+            v = kw.value
+            items = v.elts if isinstance(v, (ast.List, ast.Tuple)) else None
+            if items and all(isinstance(i, ast.Constant) and type(i.value) is int and i.value >= 1 for i in items):
+                out["world_sizes"] = [i.value for i in items]
+            else:
+                out["problems"].append("world_sizes= is not a non-empty list of integer literals >= 1")
         elif kw.arg is None:
             out["problems"].append("**kwargs cannot be checked")
         else:

@@ -206,6 +206,13 @@ OP_PATTERN = {"+": r"\+", "-": r"-", "*": r"(?<!\*)\*(?!\*)", "/": r"(?<!/)/(?!/
               "is": r"\bis\b(?!\s+not\b)", "is not": r"\bis\s+not\b", "in": r"(?<!not )\bin\b", "not in": r"\bnot\s+in\b",
               "and": r"\band\b", "or": r"\bor\b", "not": r"\bnot\b\s*"}
 DROPPABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Raise, ast.Delete)
+# Integer dtypes one step narrower / wider (an index type too small from 32,768 entries on).
+DTYPE_STEPS = {"int8": ["int16"], "uint8": ["int16"], "int16": ["int32"], "int32": ["int16", "int64"], "int64": ["int32"]}
+# Calls with a sibling that walks less (or more) of a module tree.
+CALL_SIBLINGS = {"named_modules": "named_children", "named_children": "named_modules", "modules": "children", "children": "modules"}
+# torch.distributed calls whose duplicate sends the payload twice (or reduces it twice).
+COLLECTIVES = {"all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+               "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv", "barrier"}
 
 
 class Site:
@@ -313,6 +320,7 @@ class SiteFinder(ast.NodeVisitor):
 
     def visit_Expr(self, node):
         self.generic_stmt(node)
+        self.dup_collective(node)
         self.generic_visit(node)
 
     def visit_Assign(self, node):
@@ -422,6 +430,52 @@ class SiteFinder(ast.NodeVisitor):
                     end += m.end()
             self.add("drop-kw", start, end, kw.lineno, kw.end_lineno, "", what="drop %s=" % kw.arg)
         self.generic_visit(node)
+
+    def visit_comprehension(self, node):
+        """drop-filter: a comprehension's `if` filter removed (every parameter instead of the trainable ones)."""
+        prev = node.iter
+        for cond in node.ifs:
+            if self.inside(cond):
+                start, end = self.src.end(prev), self.src.end(cond)
+                gap = self.src.text[start:self.src.start(cond)]
+                if "#" not in gap and re.search(r"\bif\b", gap):
+                    self.add("drop-filter", start, end, cond.lineno, cond.end_lineno, "",
+                             what="drop filter 'if %s'" % self.short(self.src.segment(cond)))
+            prev = cond
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node):
+        """dtype: torch.int16 <-> torch.int32 <-> torch.int64 (and one-byte ints widened)."""
+        if self.inside(node) and isinstance(node.value, ast.Name) and node.value.id == "torch" and node.attr in DTYPE_STEPS:
+            start = self.src.end(node) - len(node.attr)
+            for rep in DTYPE_STEPS[node.attr]:
+                self.add("dtype", start, self.src.end(node), node.lineno, node.end_lineno, rep, what="torch.%s -> torch.%s" % (node.attr, rep))
+        if self.inside(node) and node.attr in CALL_SIBLINGS:
+            start = self.src.end(node) - len(node.attr)
+            if self.src.text[start:self.src.end(node)] == node.attr:
+                self.add("swap-call", start, self.src.end(node), node.lineno, node.end_lineno, CALL_SIBLINGS[node.attr],
+                         what="%s -> %s" % (node.attr, CALL_SIBLINGS[node.attr]))
+        self.generic_visit(node)
+
+    def dup_collective(self, node):
+        """dup-collective: a torch.distributed collective issued twice (the payload sent or reduced again)."""
+        call = node.value if isinstance(node, ast.Expr) else None
+        func = getattr(call, "func", None)
+        if not (isinstance(call, ast.Call) and isinstance(func, ast.Attribute) and func.attr in COLLECTIVES and self.inside(node)):
+            return
+        owner = func.value
+        name = owner.id if isinstance(owner, ast.Name) else (owner.attr if isinstance(owner, ast.Attribute) else None)
+        if name not in ("dist", "distributed", "c10d"):
+            return
+        end = self.src.end(node)
+        rest = self.src.text[end:]
+        if rest[:1] not in ("\n", "\r", ""):
+            return  # something else follows on the line (a comment or `;`): no clean place to insert
+        indent = self.src.indent_of(node.lineno)
+        eol = self.src.eol(node.end_lineno)
+        seg = self.src.segment(node)
+        self.sites.append(Site(self.qual(), "dup-collective", end, end, node.lineno, node.end_lineno, eol + indent + seg, "",
+                               what="issue '%s' twice" % self.short(seg)))
 
     def early_return(self, node, body):
         """A `return` as the first statement after the docstring of a function the patch adds or changes."""

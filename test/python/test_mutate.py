@@ -15,7 +15,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "python", "host", "infradev_mutate.py")
-ID_RE = re.compile(r"^[\w/.-]+\.py:(<module>|[\w.]+):(arith|cmp|boundary|bool|not|const|drop-stmt|drop-kw|negate|early-return)#[1-9]\d*$")
+ID_RE = re.compile(r"^[\w/.-]+\.py:(<module>|[\w.]+):(arith|cmp|boundary|bool|not|const|drop-stmt|drop-kw|negate|early-return|drop-filter|dtype|swap-call|dup-collective)#[1-9]\d*$")
 
 
 def write_tree(root, files):
@@ -341,3 +341,49 @@ def test_timeouts_evaluate_constant_timedeltas(tmp_path):
         ("pkg/rt.py", 17, 90.0, "the default of limit_sec"), ("pkg/rt.py", 18, 120.0, "the default of minutes"),
         ("pkg/rt.py", 23, None, None)]
     assert out[0]["call"] == 'dist.init_process_group("gloo", timeout=timedelta(seconds=30))'
+
+
+WIDER_BASE = """
+import torch
+import torch.distributed as dist
+
+
+def old():
+    return 1
+"""
+
+WIDER_POST = """
+import torch
+import torch.distributed as dist
+
+
+def old():
+    return 1
+
+
+def plan(module, group):
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    index = torch.zeros(3, dtype=torch.int16)
+    for name, sub in module.named_modules():
+        dist.all_reduce(index, group=group)
+    return trainable
+"""
+
+
+def test_wider_operators_filter_dtype_sibling_call_and_duplicate_collective(tmp_path):
+    base, post = trees(tmp_path, {"w.py": WIDER_BASE}, {"w.py": WIDER_POST})
+    out = run("mutants", "--base", base, "--post", post)
+    by_op = {}
+    for m in out["mutants"]:
+        by_op.setdefault(m["operator"], []).append(m)
+        assert ID_RE.match(m["id"]), m["id"]
+    descs = {op: sorted(m["description"] for m in ms) for op, ms in by_op.items()}
+    assert descs["drop-filter"] == ["line 10: drop filter 'if p.requires_grad'"]
+    assert descs["dtype"] == ["line 11: torch.int16 -> torch.int32"]
+    assert descs["swap-call"] == ["line 12: named_modules -> named_children"]
+    assert descs["dup-collective"] == ["line 13: issue 'dist.all_reduce(index, group=group)' twice"]
+    dup = by_op["dup-collective"][0]["change"]
+    assert dup.count("dist.all_reduce(index, group=group)") == 2  # the context line, and the added copy
+    assert "+        dist.all_reduce(index, group=group)" in dup
+    assert "-    trainable = [p for p in module.parameters() if p.requires_grad]" in by_op["drop-filter"][0]["change"]
+    assert "+    trainable = [p for p in module.parameters()]" in by_op["drop-filter"][0]["change"]

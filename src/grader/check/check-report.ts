@@ -50,6 +50,15 @@ export function checkText(r: CheckReport): string {
         `${m.killed_official} killed by the official tests, ${m.killed_probes} only by probes, ${m.survived} survived, ${m.equivalent} equivalent, ${m.not_run} not run, ${m.errors} errors`,
     );
     out.push(`mutation score: ${m.score === null ? "n/a" : m.score.toFixed(3)} (threshold ${m.threshold})`);
+    if (m.by_operator) {
+      out.push(
+        ...wrapText(
+          `per operator: ${Object.entries(m.by_operator).map(([op, s]) => `${op} ${s.score === null ? "n/a" : s.score.toFixed(2)} (${s.killed}/${s.graded}${s.not_run ? `, ${s.not_run} not run` : ""})`).join("; ")}`,
+          WIDTH,
+          "  ",
+        ),
+      );
+    }
     const survivors = m.rows.filter((x) => x.verdict === "survived");
     if (survivors.length) {
       out.push("survivors (kill each with a probe of a promise prompt.md states, or mark it equivalent in hidden/mutants.yaml with the reason):");

@@ -9,7 +9,11 @@ import { diffAgainstBase, runMutateHelper, taskTestDirs, testDirArgs, withTaskTr
  * mutated file back into a whole patch against base, which the check grades like any submission.
  */
 
-export type MutantOperator = "arith" | "cmp" | "boundary" | "bool" | "not" | "const" | "drop-stmt" | "drop-kw" | "negate" | "early-return";
+export type MutantOperator =
+  | "arith" | "cmp" | "boundary" | "bool" | "not" | "const" | "drop-stmt" | "drop-kw" | "negate" | "early-return"
+  // wider (issue 22): a comprehension's `if` dropped, an integer dtype one step narrower / wider,
+  // a tree walk swapped for its sibling (named_modules <-> named_children), a collective issued twice
+  | "drop-filter" | "dtype" | "swap-call" | "dup-collective";
 
 export interface Mutant {
   /** `<file>:<qualname or <module>>:<operator>#<n>` (stable while the enclosing def is unchanged). */

@@ -19,7 +19,8 @@ export interface ScannedProbe {
   line: number;
   /** `test_x` or `TestC::test_x` */
   name: string;
-  marker: { promise: string | null; kind: string | null; line: number; problems: string[] } | null;
+  /** world_sizes: the marker's `world_sizes=[...]` (where the probe applies; it skips itself elsewhere), or null. */
+  marker: { promise: string | null; kind: string | null; line: number; problems: string[]; world_sizes?: number[] | null } | null;
 }
 
 export interface MarkerScan {

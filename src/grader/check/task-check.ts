@@ -13,6 +13,8 @@ import { gradeSubmission } from "../grade/grade.js";
 import { generateHollow, generateMutants, type Mutant, type MutantSkips } from "./mutants.js";
 import { acceptanceProblems, failingCases, type FailingCases } from "./acceptance-rules.js";
 import { scanProbeMarkers, type MarkerScan } from "./probe-markers.js";
+import { classifyGoldSkips } from "./world-size-skips.js";
+import { scoresByOperator } from "./mutant-operators.js";
 import { authorPlaceholders } from "./placeholders.js";
 import { collectiveTimeouts, interfaceContract, promptLeaks, withTaskTrees, type AnalysisOptions } from "./task-analysis.js";
 import type { Calibration, GradeResult } from "../grade/types.js";
@@ -346,7 +348,17 @@ async function calibrateGold({ task, opts, worldSizes, add, say }: CheckContext)
   const cal = handle.calibration;
   const goldProbes = cal.cases.filter((c) => c.suite === "probe");
   const skippedProbes = goldProbes.filter((c) => c.outcomes.some((o) => o === "skipped")).map((c) => c.id);
-  for (const id of skippedProbes) add("error", "gold", `probe ${id} is skipped for gold: a skipped probe checks nothing (Algorithm 2: gold with no skipped probe)`);
+  // A probe that declares the world sizes it applies to may skip itself elsewhere (world-size-skips.ts).
+  let scanned: MarkerScan["probes"] = [];
+  try {
+    scanned = scanProbeMarkers(task, { python: opts.hostPython }).probes;
+  } catch {
+    // reported by the static half
+  }
+  for (const s of classifyGoldSkips(skippedProbes, scanned, task.fullSpec.ranks)) {
+    if (s.applies) add("error", "gold", `probe ${s.id} is skipped for gold${s.declared ? ` at world size ${s.worldSize}, where it applies (world_sizes=[${s.declared.join(", ")}])` : ""}: a skipped probe checks nothing (Algorithm 2: gold with no skipped probe)`);
+    else add("info", "gold", `probe ${s.id} skips itself at world size ${s.worldSize}: it applies at ${s.declared!.join(", ")} only`);
+  }
   for (const c of cal.cases.filter((c) => c.outcomes.some((o) => o !== "passed" && o !== "skipped"))) {
     add(c.suite === "probe" ? "error" : "warning", "gold", `gold does not pass ${c.id} in every run (${c.outcomes.join(", ")})${c.suite === "probe" ? ": a probe gold fails cannot tell right from wrong" : ""}`);
   }
@@ -481,6 +493,7 @@ async function gradeMutants({ task, spec, opts, add, say }: CheckContext, { cal 
       score,
       threshold,
       reused,
+      by_operator: scoresByOperator(rows),
       rows,
     };
     if (!all.length) add("error", "mutants", "no mutant could be generated from the golden patch (does it change Python code?)");

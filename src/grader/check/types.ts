@@ -80,6 +80,8 @@ export interface CheckReport {
     score: number | null;
     threshold: number;
     reused: number;
+    /** The score per mutation operator (check/mutant-operators.ts). */
+    by_operator?: Record<string, OperatorScore>;
     rows: MutantRow[];
   } | null;
   contract: Array<{ name: string; kind: string; defined_at: string; referenced_at: string[]; in_prompt: boolean }>;
@@ -113,3 +115,13 @@ export interface CheckOptions {
 
 export const DEFAULT_MIN_MUTATION_SCORE = 0.9;
 
+/** Per mutation operator: how its graded mutants fared, and its own score (killed / graded). */
+export interface OperatorScore {
+  generated: number;
+  graded: number;
+  killed: number;
+  survived: number;
+  equivalent: number;
+  not_run: number;
+  score: number | null;
+}

@@ -11,6 +11,7 @@ import { TaskError, formatZodIssues } from "../public/errors.js";
 import { loadPublicTask, loadTaskSpec, readYaml, realInside, resolveTaskDir, type PublicTask } from "../public/loader.js";
 import type { GitSource, TaskSpec } from "../public/schema.js";
 import { yamlLineOf } from "../public/yaml-lines.js";
+import { loadDifferential, materialiseDifferentialProbes, type LoadedDifferential } from "./differential.js";
 import { deriveGitParts, type DerivedGitParts } from "./golden.js";
 import {
   AdversarialIndexSchema,
@@ -51,7 +52,11 @@ export interface HiddenParts {
   readonly hollowPatch: string | null;
   /** Post-PR official tests, a tree rooted at the repo root (only paths under test_dirs). */
   readonly testsDir: string;
+  /** The probes folder a grade stages: hidden/probes, or with hidden/differential.yaml a derived
+   *  folder that adds the differential's generated probe cases (task/hidden/differential.ts). */
   readonly probesDir: string;
+  /** hidden/differential.yaml, validated; null when the task has none. */
+  readonly differential: LoadedDifferential | null;
   readonly adversarial: AdversarialPatch[];
   /** Display path of hidden/adversarial/index.yaml (messages name it). */
   readonly adversarialIndex: string | null;
@@ -113,6 +118,7 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
       return { ...entry, patchPath: realInside(taskDir, p, advLabel, `${i}.patch`) };
     });
   }
+  const differential = loadDifferential(taskDir, hiddenDir, hiddenLabel("differential.yaml"), pub.prompt, promises ? promises.map((p) => p.id) : null);
   const alternatives = loadAlternatives(taskDir, join(hiddenDir, "alternatives"), hiddenLabel("alternatives/index.yaml"));
   const equivalentMutants = loadEquivalents(join(hiddenDir, "mutants.yaml"), hiddenLabel("mutants.yaml"));
   // The post-PR tests replace the test dirs: anything else in that tree would be a silent extra
@@ -133,8 +139,17 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
       promisesFile: promises ? hiddenLabel("promises.yaml") : null,
       alternatives,
       equivalentMutants,
+      differential,
   };
   if (deriveGolden) Object.defineProperty(hidden, "goldenPatch", { get: () => derived().goldenPatch, enumerable: true });
+  if (differential) {
+    // Built on the first read (a listing of tasks needs no golden package).
+    let derivedProbes: string | null = null;
+    Object.defineProperty(hidden, "probesDir", {
+      get: () => (derivedProbes ??= materialiseDifferentialProbes({ taskDir, spec, probesDir, goldenPatch: hidden.goldenPatch, loaded: differential, label: pub.label })),
+      enumerable: true,
+    });
+  }
   if (deriveTests) Object.defineProperty(hidden, "testsDir", { get: () => derived().testsDir, enumerable: true });
   return { ...pub, taskDir, fullSpec: spec, hidden };
 }
