@@ -90,6 +90,21 @@ export interface RankIntegrity {
    * returned (done), what it refused; null where there is none (torchrun closes the descriptor).
    */
   audit?: { armed: boolean; done: boolean; refused: string[]; refused_count: number; observed?: Record<string, number>; junk: number; overflow: boolean } | null;
+  /** The plugin wrote the rank's collective totals when pytest ended (absent in bundles of older launchers). */
+  comm_written?: boolean;
+  /** `group=` objects the collectives refused (not a torch ProcessGroup): "all_reduce(group=<mod.Type>)". */
+  refused_groups?: string[];
+  /** Rank 0 only: the kernel's count of data segments the session sent against what the totals explain. */
+  wire?: WireCheck;
+}
+
+/** python/sandbox/infradev_launcher/wire.py's check: `skip` says why it did not apply. */
+export interface WireCheck {
+  skip?: string;
+  measured_segments?: number;
+  explained_segments?: number;
+  tolerance?: number;
+  excess?: boolean;
 }
 
 export interface RunRanksResult {

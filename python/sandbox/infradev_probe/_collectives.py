@@ -3,11 +3,18 @@
 The wrappers replace the functions on both `torch.distributed` and `torch.distributed.distributed_c10d`
 (usually the same objects: one wrapper per original function, so an alias is never counted twice),
 and the collective methods of the ProcessGroup / Backend classes underneath them, so that code calling
-`pg.allreduce(...)` directly, or a function bound before the patch, is counted too; a call that came
-through a counted function is counted once. The wrappers carry no `__wrapped__`: the uncounted original
-is not handed out. Not seen: what talks to the process group from C++ (torch's DistributedDataParallel
-reducer, functional collectives through the dispatcher, NCCL calls made by extensions), and code that
-digs the originals out of the wrappers' closures. `install()` runs when infradev_probe is imported;
+`pg.allreduce(...)` directly, or a function bound before the patch, is counted too. Where the
+ProcessGroup methods are wrapped, they are the one counting point: every call into them counts, nested
+or not (a `group=` object whose `allreduce` issues one real all-reduce per parameter shows as that many
+calls), and the Python functions only check their `group=` argument: anything but None, torch's
+not-a-member sentinel or an instance of one of the C++ ProcessGroup / Backend classes (exact type, a
+Python subclass is refused) raises TypeError and is recorded (`refused`, which the launcher reports and
+the grader reads as tampering). Calls are deduplicated by the work handle they return, not by call
+depth. The wrappers carry no `__wrapped__`: the uncounted original is not handed out. Not seen here:
+what talks to the process group from C++ (torch's DistributedDataParallel reducer, functional
+collectives and `torch.ops.c10d.*` through the dispatcher, NCCL calls made by extensions), and code
+that digs the originals out of the wrappers' closures; for gloo the launcher checks the session's
+totals (`totals()`) against the TCP segments the kernel sent, which no code in the ranks can lower. `install()` runs when infradev_probe is imported;
 when torch is not imported yet, it waits for torch.distributed's import and patches right after it.
 
 Process-global state is unavoidable here: the patch itself is process-global, and collectives issued
@@ -60,6 +67,12 @@ class _CallDepth(threading.local):
 
 _tls = _CallDepth()
 _wrappers = {}  # id(original function) -> wrapper
+# Process-wide totals of the whole session, measure() or not: what the launcher compares with the
+# traffic the kernel saw (see totals()).
+_totals = {"calls": {}, "bytes": {}, "groups": 0, "store_ops": 0, "refused": [], "backends": []}
+_real_group_types = frozenset()  # the C++ ProcessGroup / Backend classes, captured at patch time
+_non_member = []  # torch's GroupMember.NON_GROUP_MEMBER sentinel, captured at patch time
+_pg_counting = []  # [True] once the ProcessGroup methods are wrapped: they count, the functions check
 _originals = []  # keeps the originals alive so their ids stay unique
 _hook = None
 
@@ -115,13 +128,20 @@ def _copy_identity(wrapper, fn):
     return wrapper
 
 
-def _count_and_call(active, name, nbytes, fn, args, kwargs):
-    """One call of `name` with `nbytes` of payload into every active recorder, then the op itself,
-    marked on this thread so that whatever it calls on its way down is not counted again."""
+def _record(active, name, nbytes):
     with _lock:
+        _totals["calls"][name] = _totals["calls"].get(name, 0) + 1
+        _totals["bytes"][name] = _totals["bytes"].get(name, 0) + nbytes
         for rec in active:
             rec.calls[name] += 1
             rec.bytes[name] += nbytes
+
+
+def _count_and_call(active, name, nbytes, fn, args, kwargs):
+    """One call of `name` with `nbytes` of payload into the totals and every active recorder, then
+    the op itself, marked on this thread so that whatever it calls on its way down is not counted
+    again (the Python functions' path, used only where the ProcessGroup methods are not wrapped)."""
+    _record(active, name, nbytes)
     _tls.depth = 1
     try:
         return fn(*args, **kwargs)
@@ -129,17 +149,85 @@ def _count_and_call(active, name, nbytes, fn, args, kwargs):
         _tls.depth = 0
 
 
+class _Works(threading.local):
+    stack = None  # per backend call in progress on this thread: the work handles counted inside it
+
+
+_works = _Works()
+
+
+def _count_backend_call(name, nbytes, fn, args, kwargs):
+    """A ProcessGroup / Backend method: every call counts, however deeply nested (no depth skip), once
+    per work handle: a call whose returned handle a nested counted call already returned (a backend
+    method implemented over another) is not counted twice."""
+    stack = _works.stack
+    if stack is None:
+        stack = _works.stack = []
+    inner = []
+    stack.append(inner)
+    try:
+        work = fn(*args, **kwargs)
+    finally:
+        stack.pop()
+    if work is None or not any(w is work for w in inner):
+        _record(_active, name, nbytes)
+    if stack:
+        stack[-1].append(work)
+        stack[-1].extend(inner)
+    return work
+
+
+class _Refused(TypeError):
+    pass
+
+
+def check_group(op, group):
+    """Raises (and records) unless `group` is None, torch's not-a-member sentinel or an instance of a
+    C++ ProcessGroup / Backend class, by exact type: an object of any other type, a Python subclass
+    included, would be handed the collective and could run whatever it likes below a counted call."""
+    if group is None or type(group) in _real_group_types or any(group is s for s in _non_member):
+        return
+    what = "%s.%s" % (getattr(type(group), "__module__", "?"), getattr(type(group), "__qualname__", "?"))
+    with _lock:
+        if len(_totals["refused"]) < 20:
+            _totals["refused"].append("%s(group=<%s>)" % (op, what[:200]))
+    raise _Refused(
+        "torch.distributed.%s: group= must be a torch.distributed ProcessGroup (or None), got an object of type %s" % (op, what)
+    )
+
+
+def _group_argument(fn):
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names.index("group") if "group" in names else None
+
+
+def totals():
+    """The session's totals so far (a copy): calls and bytes per op, process groups made, store ops,
+    refused group= objects."""
+    with _lock:
+        return {"calls": dict(_totals["calls"]), "bytes": dict(_totals["bytes"]), "groups": _totals["groups"],
+                "store_ops": _totals["store_ops"], "refused": list(_totals["refused"]), "backends": list(_totals["backends"]),
+                "backend_counting": bool(_pg_counting)}
+
+
 def _make_wrapper(fn, op):
     param, kind, fallback = OPS[op]
     name = CANONICAL.get(op, op)
     pos = _payload_position(fn, param, fallback) if param else 0
+    gpos = _group_argument(fn)
 
     def counted(*args, **kwargs):
-        active = _active
+        group = args[gpos] if gpos is not None and len(args) > gpos else kwargs.get("group")
+        check_group(op, group)
+        # The ProcessGroup methods count (every call, nested or not); this function only checks.
         # depth > 0: called from inside another counted op on this thread (an alias or a torch
         # function built on a public one) -- the outer call already counted it.
-        if not active or _tls.depth:
+        if _pg_counting or _tls.depth:
             return fn(*args, **kwargs)
+        active = _active
         if param is None:
             nbytes = 0
         elif len(args) > pos:
@@ -192,11 +280,8 @@ def _make_method_wrapper(fn, method):
     name, pos = PG_METHODS[method]
 
     def counted(self, *args, **kwargs):
-        active = _active
-        if not active or _tls.depth:
-            return fn(self, *args, **kwargs)
         nbytes = _nested_bytes(args[pos]) if pos is not None and len(args) > pos else 0
-        return _count_and_call(active, name, nbytes, fn, (self,) + args, kwargs)
+        return _count_backend_call(name, nbytes, fn, (self,) + args, kwargs)
 
     _copy_identity(counted, fn)
     counted._infradev_op = name
@@ -213,9 +298,67 @@ def _process_group_classes():
     return [c for c in vars(c10d).values() if isinstance(c, type) and issubclass(c, bases)]
 
 
+STORE_METHODS = ("set", "get", "add", "compare_set", "wait", "check", "delete_key", "num_keys", "multi_get", "multi_set", "append")
+
+
+def _make_store_wrapper(fn):
+    def counted(self, *args, **kwargs):
+        with _lock:
+            _totals["store_ops"] += 1
+        return fn(self, *args, **kwargs)
+
+    _copy_identity(counted, fn)
+    counted._infradev_op = "store"
+    return counted
+
+
+def _patch_stores():
+    """Count the store's requests (each one a request and a reply on the wire): init_process_group and
+    new_group poll the store while they wait for the other ranks, as often as their timing makes them."""
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    base = getattr(c10d, "Store", None) if c10d is not None else None
+    if not isinstance(base, type):
+        return
+    for cls in [c for c in vars(c10d).values() if isinstance(c, type) and issubclass(c, base)]:
+        for method in STORE_METHODS:
+            current = cls.__dict__.get(method)
+            if current is None or getattr(current, "_infradev_op", None):
+                continue
+            try:
+                setattr(cls, method, _make_store_wrapper(current))
+            except (TypeError, AttributeError):
+                continue
+            _originals.append(current)
+
+
+def _patch_group_creation(modules):
+    """Count the process groups made through torch (each connects its ranks: setup traffic)."""
+    for mod in modules:
+        current = getattr(mod, "_new_process_group_helper", None)
+        if current is None or getattr(current, "_infradev_op", None):
+            continue
+
+        def made(*args, _fn=current, **kwargs):
+            backend = args[3] if len(args) > 3 else kwargs.get("backend")
+            with _lock:
+                _totals["groups"] += 1
+                name = str(backend).lower()[:32]
+                if name not in _totals["backends"] and len(_totals["backends"]) < 16:
+                    _totals["backends"].append(name)
+            return _fn(*args, **kwargs)
+
+        _copy_identity(made, current)
+        made._infradev_op = "new_group"
+        setattr(mod, "_new_process_group_helper", made)
+        _originals.append(current)
+
+
 def _patch_process_groups():
     """Wrap the collective methods every ProcessGroup / Backend class defines itself. Caller holds _lock."""
-    for cls in _process_group_classes():
+    global _real_group_types
+    classes = _process_group_classes()
+    _real_group_types = _real_group_types | frozenset(classes)
+    for cls in classes:
         for method in PG_METHODS:
             current = cls.__dict__.get(method)
             if current is None or getattr(current, "_infradev_op", None):
@@ -225,6 +368,8 @@ def _patch_process_groups():
             except (TypeError, AttributeError):  # a class that refuses new attributes: left as it is
                 continue
             _originals.append(current)
+            if method == "allreduce" and not _pg_counting:
+                _pg_counting.append(True)
 
 
 def patch_loaded():
@@ -234,6 +379,13 @@ def patch_loaded():
     if not modules:
         return False
     with _lock:
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        sentinel = getattr(getattr(c10d, "GroupMember", None), "NON_GROUP_MEMBER", None)
+        if sentinel is not None and not _non_member:
+            _non_member.append(sentinel)
+        _patch_process_groups()
+        _patch_stores()
+        _patch_group_creation(modules)
         for op in OPS:
             for mod in modules:
                 current = getattr(mod, op, None)
@@ -245,7 +397,6 @@ def patch_loaded():
                     _wrappers[id(current)] = wrapper
                     _originals.append(current)
                 setattr(mod, op, wrapper)
-        _patch_process_groups()
         # Not a measurement: rank > 0 waits for rank 0's store instead of torch's 1 s retry (see there).
         from . import _rendezvous
 
