@@ -3,18 +3,25 @@
 The wrappers replace the functions on both `torch.distributed` and `torch.distributed.distributed_c10d`
 (usually the same objects: one wrapper per original function, so an alias is never counted twice),
 and the collective methods of the ProcessGroup / Backend classes underneath them, so that code calling
-`pg.allreduce(...)` directly, or a function bound before the patch, is counted too. Where the
-ProcessGroup methods are wrapped, they are the one counting point: every call into them counts, nested
-or not (a `group=` object whose `allreduce` issues one real all-reduce per parameter shows as that many
-calls), and the Python functions only check their `group=` argument: anything but None, torch's
-not-a-member sentinel or an instance of one of the C++ ProcessGroup / Backend classes (exact type, a
-Python subclass is refused) raises TypeError and is recorded (`refused`, which the launcher reports and
-the grader reads as tampering). Calls are deduplicated by the work handle they return, not by call
-depth. The wrappers carry no `__wrapped__`: the uncounted original is not handed out. Not seen here:
-what talks to the process group from C++ (torch's DistributedDataParallel reducer, functional
-collectives and `torch.ops.c10d.*` through the dispatcher, NCCL calls made by extensions), and code
-that digs the originals out of the wrappers' closures; for gloo the launcher checks the session's
-totals (`totals()`) against the TCP segments the kernel sent, which no code in the ranks can lower. `install()` runs when infradev_probe is imported;
+`pg.allreduce(...)` directly, or a function bound before the patch, is counted too.
+
+What is counted (measure()'s output): one call per public function call, under its public name
+(isend as `isend`, irecv as `irecv`, torch's private spellings under their public names), counted
+before it runs, so that a call the backend refuses (gloo has no all_to_all) is still seen as
+attempted; and one call per backend call that no public function in progress accounts for, under the
+backend op's name. Every backend call is counted exactly once, however deeply nested (no call-depth
+skip, see _count_backend_call): the first backend call a public function makes, if it is the op that
+function issues, is that function's call; any further one counts on its own. A `group=` argument that
+is not None, torch's not-a-member sentinel or an instance of one of the C++ ProcessGroup / Backend
+classes (exact type: a Python subclass is refused too) raises TypeError and is recorded (`refused`,
+which the launcher reports and the grader reads as tampering): such an object would be handed the
+collective and could run whatever it likes below one counted call. Calls are deduplicated by the
+work handle they return, not by call depth. The wrappers carry no `__wrapped__`: the uncounted original
+is not handed out. Not seen here: what talks to the process group from C++ (torch's
+DistributedDataParallel reducer, functional collectives and `torch.ops.c10d.*` through the
+dispatcher, NCCL calls made by extensions), and code that digs the originals out of the wrappers'
+closures (Python cannot hide them); for gloo the launcher records the kernel's count of what the
+ranks sent beside the session's totals (`totals()`, infradev_launcher/wire.py). `install()` runs when infradev_probe is imported;
 when torch is not imported yet, it waits for torch.distributed's import and patches right after it.
 
 Process-global state is unavoidable here: the patch itself is process-global, and collectives issued
@@ -61,18 +68,13 @@ _lock = threading.Lock()
 _active = ()
 
 
-class _CallDepth(threading.local):
-    depth = 0  # > 0 while this thread is inside a counted op
-
-
-_tls = _CallDepth()
 _wrappers = {}  # id(original function) -> wrapper
 # Process-wide totals of the whole session, measure() or not: what the launcher compares with the
 # traffic the kernel saw (see totals()).
 _totals = {"calls": {}, "bytes": {}, "groups": 0, "store_ops": 0, "refused": [], "backends": []}
 _real_group_types = frozenset()  # the C++ ProcessGroup / Backend classes, captured at patch time
 _non_member = []  # torch's GroupMember.NON_GROUP_MEMBER sentinel, captured at patch time
-_pg_counting = []  # [True] once the ProcessGroup methods are wrapped: they count, the functions check
+_pg_counting = []  # [True] once the ProcessGroup methods are wrapped (reported in totals())
 _originals = []  # keeps the originals alive so their ids stay unique
 _hook = None
 
@@ -129,51 +131,125 @@ def _copy_identity(wrapper, fn):
 
 
 def _record(active, name, nbytes):
+    """One call of `name` with `nbytes` of payload into the session's totals and every recorder in
+    `active`. Returns what _unrecord needs to take it back."""
     with _lock:
         _totals["calls"][name] = _totals["calls"].get(name, 0) + 1
         _totals["bytes"][name] = _totals["bytes"].get(name, 0) + nbytes
         for rec in active:
             rec.calls[name] += 1
             rec.bytes[name] += nbytes
+    return (active, name, nbytes)
 
 
-def _count_and_call(active, name, nbytes, fn, args, kwargs):
-    """One call of `name` with `nbytes` of payload into the totals and every active recorder, then
-    the op itself, marked on this thread so that whatever it calls on its way down is not counted
-    again (the Python functions' path, used only where the ProcessGroup methods are not wrapped)."""
-    _record(active, name, nbytes)
-    _tls.depth = 1
+def _unrecord(record):
+    """Takes back one _record (the same operation counted twice, see _count_backend_call)."""
+    active, name, nbytes = record
+    with _lock:
+        _totals["calls"][name] = _totals["calls"].get(name, 0) - 1
+        _totals["bytes"][name] = _totals["bytes"].get(name, 0) - nbytes
+        if _totals["calls"][name] <= 0 and _totals["bytes"][name] <= 0:
+            del _totals["calls"][name], _totals["bytes"][name]
+        for rec in active:
+            rec.calls[name] -= 1
+            rec.bytes[name] -= nbytes
+            if rec.calls[name] <= 0 and rec.bytes[name] <= 0:
+                del rec.calls[name], rec.bytes[name]
+
+
+def _add_bytes(active, name, nbytes):
+    with _lock:
+        _totals["bytes"][name] = _totals["bytes"].get(name, 0) + nbytes
+        for rec in active:
+            rec.bytes[name] += nbytes
+
+
+# The backend op (PG_METHODS' names) that a public function issues when it is not the function's own
+# name: isend is a backend `send`, irecv a `recv` (or recv_anysource).
+ISSUES = {"isend": ("send",), "irecv": ("recv",)}
+
+
+class _Label:
+    """A public function's call in progress on this thread: counted when it started (under the public
+    name, with its payload), and standing for the first backend call it makes (`covered`)."""
+
+    __slots__ = ("name", "nbytes", "active", "covered")
+
+    def __init__(self, name, nbytes, active):
+        self.name, self.nbytes, self.active, self.covered = name, nbytes, active, False
+
+    def issues(self, backend_name):
+        return backend_name in ISSUES.get(self.name, (self.name,))
+
+
+class _Frames(threading.local):
+    stack = None  # this thread's counted calls in progress: _Label, or a list (a backend call's inner works)
+
+
+_frames = _Frames()
+
+
+def _stack():
+    stack = _frames.stack
+    if stack is None:
+        stack = _frames.stack = []
+    return stack
+
+
+def _count_public_call(name, nbytes, fn, args, kwargs):
+    """A public torch.distributed function: counted under its public name before it runs (a call the
+    backend refuses -- gloo has no all_to_all -- is still seen as attempted), and the first backend call
+    it makes, if that is the op it issues, is that same call, not a second one. torch's private alias of
+    a public function (`_all_gather_base` calls `all_gather_into_tensor`) is the same call too: a
+    public function called as the first thing inside one of the same name, before any backend call,
+    is not counted again."""
+    stack = _stack()
+    top = stack[-1] if stack else None
+    if isinstance(top, _Label) and top.name == name and not top.covered:
+        return fn(*args, **kwargs)
+    label = _Label(name, nbytes, _active)
+    _record(label.active, name, nbytes)
+    stack.append(label)
     try:
         return fn(*args, **kwargs)
     finally:
-        _tls.depth = 0
-
-
-class _Works(threading.local):
-    stack = None  # per backend call in progress on this thread: the work handles counted inside it
-
-
-_works = _Works()
+        stack.pop()
 
 
 def _count_backend_call(name, nbytes, fn, args, kwargs):
-    """A ProcessGroup / Backend method: every call counts, however deeply nested (no depth skip), once
-    per work handle: a call whose returned handle a nested counted call already returned (a backend
-    method implemented over another) is not counted twice."""
-    stack = _works.stack
-    if stack is None:
-        stack = _works.stack = []
+    """A ProcessGroup / Backend method. Every call counts, however deeply nested (no call-depth skip):
+    either it is the first backend call of a public function in progress on this thread that issues
+    this op (isend's `send`) -- that function's count stands for it, and payload beyond what the
+    function declared is added to its bytes -- or it is counted here, before it runs (a call that
+    raises was still attempted). A call that returns a work handle a nested counted call already
+    returned (a backend method implemented over another) is one operation: counted once."""
+    stack = _stack()
+    top = stack[-1] if stack else None
+    if isinstance(top, _Label) and not top.covered and top.issues(name):
+        top.covered = True
+        record = None
+        if nbytes > top.nbytes:
+            _add_bytes(top.active, top.name, nbytes - top.nbytes)
+    else:
+        record = _record(_active, name, nbytes)
     inner = []
     stack.append(inner)
     try:
         work = fn(*args, **kwargs)
     finally:
         stack.pop()
-    if work is None or not any(w is work for w in inner):
-        _record(_active, name, nbytes)
-    if stack:
-        stack[-1].append(work)
-        stack[-1].extend(inner)
+    same = [r for w, r in inner if work is not None and w is work and r is not None]
+    if same:
+        # One operation counted twice: keep the count that carries the public name where there is one.
+        if record is not None:
+            _unrecord(record)
+            record = None
+        else:
+            _unrecord(same[0])
+    outer = stack[-1] if stack else None
+    if isinstance(outer, list):
+        outer.append((work, record))
+        outer.extend(inner)
     return work
 
 
@@ -222,19 +298,13 @@ def _make_wrapper(fn, op):
     def counted(*args, **kwargs):
         group = args[gpos] if gpos is not None and len(args) > gpos else kwargs.get("group")
         check_group(op, group)
-        # The ProcessGroup methods count (every call, nested or not); this function only checks.
-        # depth > 0: called from inside another counted op on this thread (an alias or a torch
-        # function built on a public one) -- the outer call already counted it.
-        if _pg_counting or _tls.depth:
-            return fn(*args, **kwargs)
-        active = _active
         if param is None:
             nbytes = 0
         elif len(args) > pos:
             nbytes = _payload_bytes(args[pos], kind)
         else:
             nbytes = _payload_bytes(kwargs.get(param), kind)
-        return _count_and_call(active, name, nbytes, fn, args, kwargs)
+        return _count_public_call(name, nbytes, fn, args, kwargs)
 
     _copy_identity(counted, fn)
     counted._infradev_op = name
@@ -244,8 +314,8 @@ def _make_wrapper(fn, op):
 # ProcessGroup (and, on torch 2.x, Backend) methods -> (canonical op, position of the payload
 # after self; None: no payload). Every torch.distributed collective lands in one of these, so
 # wrapping them as well counts code that bypasses the Python functions (`pg.allreduce([t])`,
-# `dist.group.WORLD.broadcast(...)`, an original bound before the patch). A call that came through a
-# counted Python function is not counted again (the per-thread depth).
+# `dist.group.WORLD.broadcast(...)`, an original bound before the patch). A call that a public
+# function in progress issues is that function's call, not a second one (_count_backend_call).
 PG_METHODS = {
     "allreduce": ("all_reduce", 0),
     "allreduce_coalesced": ("all_reduce_coalesced", 0),
