@@ -320,8 +320,8 @@ describe("tamper verdict (pure)", () => {
     // A rank without pytest's own records because it was killed (by a signal, or by the launcher) is not evidence by itself.
     expect(tamperEvidence(input({ integrity: honestIntegrity().map((r) => ({ ...r, exit_code: -9, summary: null, pytest_junit: null })) }))).toEqual([]);
     expect(tamperEvidence(input({ integrity: honestIntegrity().map((r) => ({ ...r, exit_code: null, summary: null, pytest_junit: null, comm_written: false })) }))).toEqual([]);
-    // A wire check that did not apply, or found no excess, is no evidence either.
-    const wired = honestIntegrity().map((r) => ({ ...r, comm_written: true, refused_groups: [], wire: { measured_segments: 900, explained_segments: 1000, tolerance: 1.25, excess: false } }));
+    // The wire record (the kernel's count beside the counters) is a measurement, never evidence.
+    const wired = honestIntegrity().map((r) => ({ ...r, comm_written: true, refused_groups: [], wire: { measured_segments: 900, explained_segments: 1000, payload_bytes: 1000, counted_bytes: 1000, verdict: false as const } }));
     expect(tamperEvidence(input({ integrity: wired }))).toEqual([]);
     expect(tamperEvidence(input({ integrity: honestIntegrity().map((r) => ({ ...r, wire: { skip: "NCCL groups" } })) }))).toEqual([]);
   });
@@ -336,12 +336,10 @@ describe("tamper verdict (pure)", () => {
     expect(tamperEvidence(input({ integrity: one({ summary: null, pytest_junit: null }), events: [hang] }))).toEqual([]);
   });
 
-  it("a refused group= object and traffic beyond what the counted collectives explain are evidence (issue 21, property 3)", () => {
+  it("a refused group= object is evidence; the wire record, however far off, is not (issue 21, property 3)", () => {
     const one = (patch: Partial<RankIntegrityRecord>) => [{ ...honestIntegrity()[0]!, ...patch }, honestIntegrity()[1]!];
     expect(tamperEvidence(input({ integrity: one({ refused_groups: ["all_reduce(group=<pkg.Fake>)"] }) }))).toEqual([expect.stringMatching(/rank 0: a collective was handed a group that is not a torch ProcessGroup: all_reduce\(group=<pkg\.Fake>\)/)]);
-    expect(tamperEvidence(input({ integrity: one({ wire: { measured_segments: 2000, explained_segments: 1000, tolerance: 1.25, excess: true } }) }))).toEqual([
-      expect.stringMatching(/rank 0: the ranks sent 2000 TCP data segments, more than their counted collectives explain \(1000 × 1.25\)/),
-    ]);
+    expect(tamperEvidence(input({ integrity: one({ wire: { measured_segments: 20000, explained_segments: 1000, payload_bytes: 2_000_000, counted_bytes: 1000, payload_ratio: 2000, verdict: false } }) }))).toEqual([]);
   });
 
   it("a must-fail canary that passes, or a must-pass one that fails or is skipped, is evidence, on any rank", () => {
