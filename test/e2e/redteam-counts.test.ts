@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -18,8 +18,9 @@ import { packageRoot } from "../../src/lib/paths.js";
  *   the nested calls and saw one all-reduce with the bucket's bytes, Set B resolved (148/148).
  * - direct-backend (DIRECT_BACKEND below, not asserted): the per-parameter all-reduces go to the backend
  *   method dug out of the counting wrapper's closure (uncounted), and one counted MAX all-reduce of the
- *   bucket keeps calls and bytes right. Set B resolved before and still today: it sends about twice
- *   gold's TCP data segments, within the wire check's 3x tolerance (docs/security.md).
+ *   bucket keeps calls and bytes right. Set B resolved before and still today: the launcher's wire
+ *   record (the kernel's count of what lo carried) is a measurement, not a verdict; that it sees
+ *   smuggled bytes is test/python/test_wire.py's (docs/security.md).
  * - records-removed: at exit every rank deletes pytest's JUnit report, cuts its log (pytest's summary
  *   line) and exits 0. Before: accepted on exit codes alone (resolved).
  */
@@ -116,6 +117,17 @@ _ax.register(_tidy)
 `,
 );
 
+/** The per-session result files (SessionResult) of the grades under `dir`: those with a `launch_status`. */
+function sessionFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) out.push(...sessionFiles(p));
+    else if (name.endsWith(".json") && /"launch_status"/.test(readFileSync(p, "utf8"))) out.push(p);
+  }
+  return out;
+}
+
 async function grade(name: string, patch: string): Promise<GradeResult> {
   const file = join(root, `${name}.patch`);
   writeFileSync(file, patch);
@@ -137,6 +149,16 @@ describe("red team: counts and records the code under test cannot steer (grad-bu
     expect(r.status).toBe("graded");
     expect(r.tamper_evidence).toEqual([]);
     expect(r.with_probes.resolved).toBe(true);
+    // Every session carries the kernel's count of what it sent (bwrap's private network namespace):
+    // a record beside the counters, taken and not a verdict.
+    const wires = sessionFiles(join(root, "out")).map((f) => (JSON.parse(readFileSync(f, "utf8")) as { wire?: Record<string, unknown> }).wire);
+    expect(wires.length).toBeGreaterThan(0);
+    for (const w of wires) {
+      expect(w?.skip).toBeUndefined();
+      expect(w?.verdict).toBe(false);
+      expect(w?.payload_bytes as number).toBeGreaterThan(0);
+      expect(w?.counted_bytes as number).toBeGreaterThan(0);
+    }
   }, 600_000);
 
   it("fake-group: collectives smuggled under a Python group object are refused and tampered", async () => {
