@@ -168,6 +168,25 @@ def test_a_backend_call_built_on_another_counts_once():
         counted(pg, [t]).wait()
     assert dict(m.calls) == {"all_reduce": 1} and dict(m.bytes) == {"all_reduce": 32}
 
+    # The same through a public function in between: the public call's count stands, once.
+    def coalesced_over_the_function(self, tensors, opts=None):
+        return dist.all_reduce(tensors[0], async_op=True)
+
+    counted = _collectives._make_method_wrapper(coalesced_over_the_function, "allreduce_coalesced")
+    with measure() as m:
+        counted(pg, [t]).wait()
+    assert dict(m.calls) == {"all_reduce": 1} and dict(m.bytes) == {"all_reduce": 32}, (dict(m.calls), dict(m.bytes))
+
+    # Two operations below one call: both count (the outer call returned the second one's handle).
+    def two_operations(self, tensors, opts=None):
+        self.allreduce(tensors).wait()
+        return self.broadcast(tensors[0], 0)
+
+    counted = _collectives._make_method_wrapper(two_operations, "allreduce_coalesced")
+    with measure() as m:
+        counted(pg, [t]).wait()
+    assert dict(m.calls) == {"all_reduce": 1, "broadcast": 1}, dict(m.calls)
+
 def test_counted_by_the_plugin():
     dist.all_reduce(torch.ones(25, dtype=torch.float16))
 '''

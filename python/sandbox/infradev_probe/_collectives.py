@@ -173,10 +173,11 @@ class _Label:
     """A public function's call in progress on this thread: counted when it started (under the public
     name, with its payload), and standing for the first backend call it makes (`covered`)."""
 
-    __slots__ = ("name", "nbytes", "active", "covered")
+    __slots__ = ("name", "nbytes", "active", "covered", "record")
 
     def __init__(self, name, nbytes, active):
         self.name, self.nbytes, self.active, self.covered = name, nbytes, active, False
+        self.record = _record(active, name, nbytes)
 
     def issues(self, backend_name):
         return backend_name in ISSUES.get(self.name, (self.name,))
@@ -208,7 +209,6 @@ def _count_public_call(name, nbytes, fn, args, kwargs):
     if isinstance(top, _Label) and top.name == name and not top.covered:
         return fn(*args, **kwargs)
     label = _Label(name, nbytes, _active)
-    _record(label.active, name, nbytes)
     stack.append(label)
     try:
         return fn(*args, **kwargs)
@@ -227,28 +227,34 @@ def _count_backend_call(name, nbytes, fn, args, kwargs):
     top = stack[-1] if stack else None
     if isinstance(top, _Label) and not top.covered and top.issues(name):
         top.covered = True
-        record = None
+        record, counted_as = None, top.record
         if nbytes > top.nbytes:
             _add_bytes(top.active, top.name, nbytes - top.nbytes)
     else:
-        record = _record(_active, name, nbytes)
+        record = counted_as = _record(_active, name, nbytes)
     inner = []
     stack.append(inner)
     try:
         work = fn(*args, **kwargs)
     finally:
         stack.pop()
-    same = [r for w, r in inner if work is not None and w is work and r is not None]
+    same = [i for i, (w, r) in enumerate(inner) if work is not None and w is work and r is not None]
+    rep = counted_as
     if same:
-        # One operation counted twice: keep the count that carries the public name where there is one.
+        # One operation counted more than once: keep the count that carries a public function's name
+        # where there is one (this call was covered by it), else the first one counted below it.
+        keep = None if record is None else same[0]
         if record is not None:
             _unrecord(record)
-            record = None
-        else:
-            _unrecord(same[0])
-    outer = stack[-1] if stack else None
-    if isinstance(outer, list):
-        outer.append((work, record))
+            rep = None
+        for i in same:
+            if i != keep:
+                _unrecord(inner[i][1])
+                inner[i] = (work, None)
+    # Up to the backend call this one runs inside, if any (through public functions in between).
+    outer = next((f for f in reversed(stack) if isinstance(f, list)), None)
+    if outer is not None:
+        outer.append((work, rep))
         outer.extend(inner)
     return work
 
