@@ -90,6 +90,37 @@ export interface RankIntegrity {
    * returned (done), what it refused; null where there is none (torchrun closes the descriptor).
    */
   audit?: { armed: boolean; done: boolean; refused: string[]; refused_count: number; observed?: Record<string, number>; junk: number; overflow: boolean } | null;
+  /** The plugin wrote the rank's collective totals when pytest ended (absent in bundles of older launchers). */
+  comm_written?: boolean;
+  /** `group=` objects the collectives refused (not a torch ProcessGroup): "all_reduce(group=<mod.Type>)". */
+  refused_groups?: string[];
+  /** Rank 0 only: the kernel's count of what the session sent, beside what the totals counted (a record, not a verdict). */
+  wire?: WireCheck;
+}
+
+/**
+ * python/sandbox/infradev_launcher/wire.py's record: the kernel's count of what the session sent on
+ * the sandbox's loopback, beside what the ranks' collective totals counted or explain. A second,
+ * independent measurement for review, not a verdict (`verdict` is always false); `skip` says why
+ * it was not taken.
+ */
+export interface WireCheck {
+  skip?: string;
+  measured_segments?: number;
+  explained_segments?: number;
+  explained_by?: Record<string, number>;
+  segments_ratio?: number | null;
+  tx_packets?: number;
+  retrans_segments?: number;
+  /** TCP payload bytes: lo's bytes less the headers of its packets. */
+  payload_bytes?: number;
+  /** payload_bytes less the most the retransmitted segments can have carried. */
+  payload_bytes_min?: number;
+  /** The payload bytes the ranks' collective counters counted (a recv counts its tensor too). */
+  counted_bytes?: number;
+  payload_ratio?: number | null;
+  calls?: number;
+  verdict?: false;
 }
 
 export interface RunRanksResult {

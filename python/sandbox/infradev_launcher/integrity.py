@@ -179,7 +179,8 @@ def session_integrity(cfg, result, rank, known_ids):
     offset = max(start, end - LOG_SEGMENT_CAP)  # this session's part of the log (its end holds the summary)
     log = read_bytes(rank_name(rank, "log"), cfg.out_fd, cap=max(0, end - offset), offset=offset) if end > offset else None
     summary = parse_summary(log.decode("utf-8", "replace")) if log else None
-    return {
+    comm = result.comm[rank] if rank < len(result.comm) else None
+    out = {
         "rank": rank,
         "session": result.session,
         "exit_code": code,
@@ -187,7 +188,14 @@ def session_integrity(cfg, result, rank, known_ids):
         "pytest_junit": junit,
         "summary": summary,
         "audit": result.audit[rank] if rank < len(result.audit) else None,
+        # The plugin's collective totals were written (the last thing pytest does on this rank), and
+        # the group= objects the collectives refused.
+        "comm_written": comm is not None,
+        "refused_groups": (comm or {}).get("refused", []),
     }
+    if rank == 0 and result.wire is not None:
+        out["wire"] = result.wire
+    return out
 
 
 def integrity(cfg, sessions, known_ids):

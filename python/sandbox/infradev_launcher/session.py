@@ -1,5 +1,6 @@
 """One session: start the ranks, watch their progress files, stop them on hang / crash / timeout."""
 
+import json
 import os
 import sys
 import time
@@ -17,7 +18,7 @@ POLL_S = 0.2
 PYTEST_USAGE_ERROR = 4
 STACK_WAIT_S = 1.0
 # Files that describe one session only; results.jsonl, the logs and stacks.txt span the whole run.
-PER_SESSION = ("current.json", "collected.json", "entry.json", "exit.json", "probe.json")
+PER_SESSION = ("current.json", "collected.json", "entry.json", "exit.json", "probe.json", "comm.json")
 PROGRESS_PREFIX = "INFRADEV-PROGRESS "
 
 
@@ -66,6 +67,8 @@ class SessionResult:
         self.results_starts = []  # per rank: size of rank{r}.results.jsonl before the session
         self.records = []  # per rank: every record the plugin wrote this session, in order (report.session_records)
         self.audit = []  # per rank: what its audit channel said (infradev_audit.parse_channel), None without one
+        self.comm = []  # per rank: the collective totals the plugin wrote at the end (wire.read_comm), or None
+        self.wire = None  # the kernel's count against the totals (wire.check)
 
     def summary(self):
         return {
@@ -400,6 +403,9 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch, 
     result.skipped = len(skip_ids)
     result.results_starts = [file_size(rank_name(r, "results.jsonl"), cfg.out_fd) for r in range(cfg.nproc)]
     env = procs.base_env(cfg.nproc, port, cfg.out_dir, session)
+    from . import wire
+
+    wire_before = wire.snapshot()
     t0 = time.monotonic()
     try:
         ranks = start_ranks(cfg, launcher, env, session, skip_ids)
@@ -439,6 +445,9 @@ def run_session(cfg, session, launcher, skip_ids, stop, run_deadline, t_launch, 
     # (a later session's code cannot rewrite it any more).
     result.records = [report.session_records(cfg, r, session, result.results_starts[r]) for r in range(cfg.nproc)]
     result.log_ends = [file_size(rank_name(r, "log"), cfg.out_fd) for r in range(cfg.nproc)]
+    result.comm = [wire.read_comm(r, cfg.out_fd) for r in range(cfg.nproc)]
+    result.wire = wire.check(wire_before, wire.snapshot(), result.comm, cfg.nproc)
+    sys.stderr.write("infradev wire check, session %d: %s\n" % (session, json.dumps(result.wire, sort_keys=True)))
     result.start_failure = ranks.start_failure()
     if result.start_failure or result.event is not None:
         return result

@@ -370,6 +370,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       canaries: plan.canaries.map((c) => ({ id: c.real, expected: c.expected, ranks: canaryCases.find((m) => m.id === c.installed)?.ranks.map((rc) => rc.outcome) ?? [] })),
       tamper_evidence: capEvidence(tamper),
       audit: r.integrity.map((i) => (i.audit ? { rank: i.rank, session: i.session, armed: i.audit.armed, done: i.audit.done, refused_count: i.audit.refused_count, observed: i.audit.observed ?? {} } : null)),
+      ...(!lostRecords && r.integrity.some((i) => i.wire) ? { wire: r.integrity.find((i) => i.wire)?.wire } : {}),
       ...(lostRecords ? { lost_records: lostRecords } : {}),
       ...(harnessError ? { harness_error: harnessError } : {}),
       duration_s: (Date.now() - started) / 1000,

@@ -1,4 +1,5 @@
 import type { CaseOutcome } from "../../runner/merge.js";
+import type { WireCheck } from "../../runner/ranks.js";
 import type { LaunchEvent, MergedCase } from "../../runner/merge.js";
 import { hashEvidence, mapCaseId, unmapText, type Canary, type InstallMap } from "../workspace/test-renaming.js";
 import { auditEvidence, type AuditRecord } from "./audit-evidence.js";
@@ -16,6 +17,10 @@ import { auditEvidence, type AuditRecord } from "./audit-evidence.js";
  * - a rank whose records disagree: pytest's exit status against the failures recorded, the recording
  *   plugin's counts against pytest's own summary line, the plugin's outcome of a test against
  *   pytest's own JUnit report (checked on a rank the launcher did not have to kill or restart);
+ * - a rank whose pytest ended normally (exit 0, 1 or 5) without pytest's own JUnit report, its summary
+ *   line or the plugin's collective totals: an undisturbed rank always leaves all three;
+ * - a `group=` object the collectives refused (not a torch ProcessGroup: a Python object that would
+ *   run its own collectives below one counted call);
  * - results that name a test that was never installed;
  * - a rank's audit channel: a refused in-memory forgery, or a channel cut short (audit-evidence.ts).
  */
@@ -38,6 +43,9 @@ export interface RankIntegrityRecord {
   summary: OutcomeCounts | null;
   /** The rank's audit channel (audit-evidence.ts); null where it has none (torchrun). */
   audit?: AuditRecord | null;
+  comm_written?: boolean;
+  refused_groups?: string[];
+  wire?: WireCheck;
 }
 
 export interface TamperInput {
@@ -82,6 +90,14 @@ function integrityEvidence(rec: RankIntegrityRecord, cases: readonly MergedCase[
   const r = rec.rank;
   const junit = rec.pytest_junit;
   const exit = rec.exit_code;
+  // pytest that ended by itself (tests passed, failed, or none collected) has written its JUnit report
+  // and printed its summary line, and the plugin its collective totals: a missing one was removed.
+  if (exit === 0 || exit === 1 || exit === 5) {
+    const missing = [junit ? null : "pytest's JUnit report", rec.summary ? null : "pytest's summary line", rec.comm_written === false ? "the collective totals" : null].filter((x) => x !== null);
+    if (missing.length) out.push(`rank ${r}: pytest exited ${exit} but ${missing.join(", ")} ${missing.length > 1 ? "are" : "is"} missing (removed or cut by code in the rank)`);
+  }
+  for (const g of rec.refused_groups ?? []) out.push(`rank ${r}: a collective was handed a group that is not a torch ProcessGroup: ${g}`);
+  // rec.wire (the kernel's count of what the session sent) is a record for review, not evidence: see wire.py.
   if (exit === 0 && (failures(rec.plugin) > 0 || (rec.summary && failures(rec.summary) > 0) || (junit && failures(junit) > 0))) {
     out.push(`rank ${r}: pytest exited 0 although failures were recorded (plugin: ${fmt(rec.plugin)}${rec.summary ? `; summary: ${fmt(rec.summary)}` : ""})`);
   }

@@ -1,3 +1,4 @@
+import type { WireCheck } from "../../runner/ranks.js";
 import type { CaseOutcome } from "../../runner/merge.js";
 import type { ProbeMarker } from "../../runner/merge.js";
 
@@ -99,6 +100,13 @@ export interface SessionResult {
    * attempts it refused, what library code did that it allows (counts per event). For review.
    */
   audit?: Array<{ rank: number; session?: number; armed: boolean; done: boolean; refused_count: number; observed: Record<string, number> } | null>;
+  /**
+   * The kernel's count of what the session sent on the sandbox's loopback beside what the ranks'
+   * collective counters counted (python/sandbox/infradev_launcher/wire.py): a second, independent
+   * measurement for review, not a verdict; `skip` where it was not taken (no private network
+   * namespace, NCCL, a rank without totals). Absent from launchers that do not take it.
+   */
+  wire?: WireCheck;
   /** Set when the launcher's records were lost (killed from inside, no bundle): cases count failed. */
   lost_records?: string;
   harness_error?: string;

@@ -317,8 +317,29 @@ const input = (over: Partial<TamperInput> = {}): TamperInput => ({
 describe("tamper verdict (pure)", () => {
   it("an honest session gives no evidence", () => {
     expect(tamperEvidence(input())).toEqual([]);
-    // A rank without pytest's own records (killed before writing them) is not evidence by itself.
-    expect(tamperEvidence(input({ integrity: honestIntegrity().map((r) => ({ ...r, summary: null, pytest_junit: null })) }))).toEqual([]);
+    // A rank without pytest's own records because it was killed (by a signal, or by the launcher) is not evidence by itself.
+    expect(tamperEvidence(input({ integrity: honestIntegrity().map((r) => ({ ...r, exit_code: -9, summary: null, pytest_junit: null })) }))).toEqual([]);
+    expect(tamperEvidence(input({ integrity: honestIntegrity().map((r) => ({ ...r, exit_code: null, summary: null, pytest_junit: null, comm_written: false })) }))).toEqual([]);
+    // The wire record (the kernel's count beside the counters) is a measurement, never evidence.
+    const wired = honestIntegrity().map((r) => ({ ...r, comm_written: true, refused_groups: [], wire: { measured_segments: 900, explained_segments: 1000, payload_bytes: 1000, counted_bytes: 1000, verdict: false as const } }));
+    expect(tamperEvidence(input({ integrity: wired }))).toEqual([]);
+    expect(tamperEvidence(input({ integrity: honestIntegrity().map((r) => ({ ...r, wire: { skip: "NCCL groups" } })) }))).toEqual([]);
+  });
+
+  it("a rank that ended normally without its JUnit report, summary line or collective totals is evidence (issue 21, property 5)", () => {
+    const one = (patch: Partial<RankIntegrityRecord>) => [honestIntegrity()[0]!, { ...honestIntegrity()[1]!, ...patch }];
+    expect(tamperEvidence(input({ integrity: one({ pytest_junit: null }) }))).toEqual([expect.stringMatching(/^cpu\.all: rank 1: pytest exited 1 but pytest's JUnit report is missing/)]);
+    expect(tamperEvidence(input({ integrity: one({ summary: null, pytest_junit: null }) }))).toEqual([expect.stringMatching(/rank 1: pytest exited 1 but pytest's JUnit report, pytest's summary line are missing/)]);
+    expect(tamperEvidence(input({ integrity: one({ comm_written: false }) }))).toEqual([expect.stringMatching(/rank 1: pytest exited 1 but the collective totals is missing/)]);
+    // Not while the launcher had to stop the session (a hang restarts every rank).
+    const hang = { kind: "hang", rank: 1, test: OFFICIAL, after_s: 1, detail: "", session: 0, t: 0 } as unknown as NonNullable<TamperInput["events"]>[number];
+    expect(tamperEvidence(input({ integrity: one({ summary: null, pytest_junit: null }), events: [hang] }))).toEqual([]);
+  });
+
+  it("a refused group= object is evidence; the wire record, however far off, is not (issue 21, property 3)", () => {
+    const one = (patch: Partial<RankIntegrityRecord>) => [{ ...honestIntegrity()[0]!, ...patch }, honestIntegrity()[1]!];
+    expect(tamperEvidence(input({ integrity: one({ refused_groups: ["all_reduce(group=<pkg.Fake>)"] }) }))).toEqual([expect.stringMatching(/rank 0: a collective was handed a group that is not a torch ProcessGroup: all_reduce\(group=<pkg\.Fake>\)/)]);
+    expect(tamperEvidence(input({ integrity: one({ wire: { measured_segments: 20000, explained_segments: 1000, payload_bytes: 2_000_000, counted_bytes: 1000, payload_ratio: 2000, verdict: false } }) }))).toEqual([]);
   });
 
   it("a must-fail canary that passes, or a must-pass one that fails or is skipped, is evidence, on any rank", () => {
