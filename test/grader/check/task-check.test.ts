@@ -130,7 +130,10 @@ describe("task check fails a task with each defect, naming it", () => {
     has(/\[markers\] .*test_probe_mean\.py:\d+: test_dtype_and_shape_kept: probe marker: kind "conditional" is not one of numerical, resource, state, condition/);
     has(/\[promises\] .*promises\.yaml:\d+: promise "empty-input" has no probe/);
     has(/\[alternative\] alternative divide-first: over-strict probe\(s\), a false reject: .*test_uses_reduce_op_sum \(mean-value\)/);
-    has(/\[mutants\] mutation score 0\.\d+ < 0\.9 \(4 killed of 5; 1 survived\)/);
+    // all_mean's six mutants: early-return, two dropped statements, the dropped op= (killed by the
+    // over-strict probe), the all_reduce issued twice (killed by the one-all-reduce probe), '/' -> '*'.
+    has(/\[mutants\] mutation score 0\.\d+ < 0\.9 \(5 killed of 6; 1 survived\)/);
+    expect(bad.mutants!.rows.find((r) => r.operator === "dup-collective")?.verdict).toBe("killed_probes");
     const survivors = bad.mutants!.rows.filter((r) => r.verdict === "survived");
     expect(survivors.map((r) => r.id)).toEqual(["tinyinfra/ops.py:all_mean:arith#1"]);
     // Each survivor comes with its diff against the golden patch.
