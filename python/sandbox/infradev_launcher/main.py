@@ -58,6 +58,13 @@ def _positive(text):
     return value
 
 
+def _non_negative(text):
+    value = float(text)
+    if not value >= 0:
+        raise ValueError("must be >= 0 (got %s)" % text)
+    return value
+
+
 def _nproc(text):
     value = int(text)
     if value < 1:
@@ -93,6 +100,7 @@ OPTIONS = (
     ("--out-dir", "out_dir", str, None, "folder for logs, JUnit XML and JSON results (required, here or in the launch spec)"),
     ("--per-test-timeout", "per_test_timeout", _positive, 300.0, "seconds one test may run on a rank (default 300)"),
     ("--run-timeout", "run_timeout", _positive, 3600.0, "seconds the whole run may take (default 3600)"),
+    ("--desync-after", "desync_after", _non_negative, 10.0, "seconds every rank may stay blocked in different collective calls before the session is stopped as a hang (default 10; 0: wait for the per-test limit)"),
     ("--startup-timeout", "startup_timeout", _positive, 600.0, "seconds a rank may take to start pytest and collect (default 600)"),
     ("--grace", "grace", _positive, 5.0, "seconds the other ranks get after one exits mid-session (default 5)"),
     ("--kill-grace", "kill_grace", _positive, 2.0, "seconds between SIGTERM and SIGKILL (default 2)"),

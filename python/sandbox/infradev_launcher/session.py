@@ -11,6 +11,7 @@ from infradev_outputs import (
 )
 
 from . import hang as hang_explain
+from .desync import DesyncWatch
 from . import procs
 from .ranks import start_ranks
 
@@ -18,7 +19,7 @@ POLL_S = 0.2
 PYTEST_USAGE_ERROR = 4
 STACK_WAIT_S = 1.0
 # Files that describe one session only; results.jsonl, the logs and stacks.txt span the whole run.
-PER_SESSION = ("current.json", "collected.json", "entry.json", "exit.json", "probe.json", "comm.json")
+PER_SESSION = ("current.json", "collected.json", "entry.json", "exit.json", "probe.json", "comm.json", "inflight")
 PROGRESS_PREFIX = "INFRADEV-PROGRESS "
 
 
@@ -243,6 +244,15 @@ def _find_hang(cfg, states, codes, now, ready_at, session, t_launch):
     return None
 
 
+def _desync_hang(desync, states, codes, now, session, t_launch):
+    """A hang event when every rank is stuck in a different collective call (desync.py), else None."""
+    found = desync.check(states, codes, now)
+    if found is None:
+        return None
+    rank, test, detail, stuck, stuck_for = found
+    return make_event("hang", rank, test, stuck_for, detail, session, t_launch, ranks=stuck, desync=True)
+
+
 def _earliest_running(states, codes):
     """(rank, nodeid) of the earliest test (in run order) a live rank is running; (None, None) if none."""
     running = [
@@ -345,6 +355,8 @@ def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch, progress):
     started_wall = time.time()
     ready_at = None  # wall clock when every live rank had finished collecting
     fails = FailWatch(cfg, result.results_starts) if cfg.stop_on_fail else None
+    after = getattr(cfg, "desync_after", 0) or 0
+    desync = DesyncWatch(cfg, after) if after > 0 and cfg.nproc > 1 else None
     while True:
         ranks.wait(POLL_S)
         if fails is not None:
@@ -389,6 +401,8 @@ def _watch(cfg, ranks, result, stop, run_deadline, session, t_launch, progress):
             hang = _startup_hang(cfg, states, codes, now, started_wall, session, t_launch)
         else:
             hang = _find_hang(cfg, states, codes, now, ready_at, session, t_launch)
+            if hang is None and desync is not None:
+                hang = _desync_hang(desync, states, codes, now, session, t_launch)
         if hang is not None:
             result.event = hang
             result.stacks = dump_stacks(cfg, ranks.signal_pids(), states, hang["detail"])

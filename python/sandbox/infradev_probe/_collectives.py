@@ -77,6 +77,9 @@ _non_member = []  # torch's GroupMember.NON_GROUP_MEMBER sentinel, captured at p
 _pg_counting = []  # [True] once the ProcessGroup methods are wrapped (reported in totals())
 _originals = []  # keeps the originals alive so their ids stay unique
 _hook = None
+# The rank's in-flight record (infradev_inflight.Inflight), set by the pytest plugin under the launcher:
+# the public call this rank's main thread is inside, for the launcher's desync detector.
+inflight = None
 
 
 def push_recorder(recorder):
@@ -210,10 +213,14 @@ def _count_public_call(name, nbytes, fn, args, kwargs):
         return fn(*args, **kwargs)
     label = _Label(name, nbytes, _active)
     stack.append(label)
+    record = inflight
+    entered = record is not None and record.enter(name)
     try:
         return fn(*args, **kwargs)
     finally:
         stack.pop()
+        if entered:
+            record.leave()
 
 
 def _count_backend_call(name, nbytes, fn, args, kwargs):

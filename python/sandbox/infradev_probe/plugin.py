@@ -8,6 +8,7 @@ sets it), also records, for this rank (RANK, default 0), into that folder:
   rank{r}.collected.json  node ids collected (after -k / skip-list deselection) and collection errors
   rank{r}.probe.json      every test of the session, written at session end
   rank{r}.stacks.txt      Python stacks of every thread, dumped when the launcher sends SIGUSR1
+  rank{r}.inflight        the collective call the main thread is inside (infradev_inflight.py: desync)
 Tests in the skip list of the rank boot's spec (or, used standalone, the JSON file named by
 INFRADEV_SKIP_FILE) are deselected (the launcher's restarts). Under the launcher it also:
   - sets PYTEST_CURRENT_TEST to a neutral `test_<sha1(nodeid)[:12]> (<when>)` in every phase (pytest's
@@ -40,6 +41,7 @@ from infradev_outputs import (
     STATE_RUNNING,
     cap_text,
     open_append,
+    open_regular,
     rank_file,
     read_json,
     write_json_atomic,
@@ -194,7 +196,29 @@ class RankRecorder:
         # Our own file, not stderr: pytest's fd capture would swallow a dump taken mid-test.
         self._stacks = open_append(rank_file(out_dir, self.rank, "stacks.txt"))
         faulthandler.register(signal.SIGUSR1, file=self._stacks, all_threads=True, chain=False)
+        self._inflight = self._open_inflight()
         self._progress(STATE_CONFIGURED, None)
+
+    def _open_inflight(self):
+        """The collective this rank's main thread is inside, for the launcher's desync detector
+        (infradev_inflight.py). Created fresh (the launcher removed the session's files before it
+        began: anything under this name now was planted); without it the per-test limit applies."""
+        from infradev_inflight import Inflight
+
+        from . import _collectives
+
+        try:
+            fd = open_regular(rank_file(self.out_dir, self.rank, "inflight"), os.O_RDWR | os.O_CREAT | os.O_EXCL, mode=0o644)
+        except OSError:
+            return None
+        try:
+            record = Inflight(fd)
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+        _collectives.inflight = record
+        return record
 
     def _progress(self, state, nodeid, **extra):
         record = {"state": state, "nodeid": nodeid, "since": time.time(), "pid": os.getpid(), "session": self.session,
@@ -253,6 +277,8 @@ class RankRecorder:
         self._reports = {}
         self._measured = None
         self._progress(STATE_RUNNING, item.nodeid, index=self._index.get(item.nodeid))
+        if self._inflight is not None:
+            self._inflight.begin_test(self._index.get(item.nodeid))
         yield
         self._finish(item)
         self._progress(STATE_IDLE, None)

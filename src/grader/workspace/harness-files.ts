@@ -46,7 +46,7 @@ const WHOLE_CONFIG = new Set(["pytest.ini", ".pytest.ini", "pytest.toml", ".pyte
  */
 const RUNNER_MODULES = [
   "pytest", "_pytest", "pluggy", "iniconfig", "py", "packaging", "exceptiongroup", "tomli", "torch", "numpy",
-  "infradev_probe", "infradev_outputs", "infradev_launcher", "infradev_launch", "infradev_rank_entry", "infradev_rank_boot", "infradev_grading",
+  "infradev_probe", "infradev_outputs", "infradev_inflight", "infradev_launcher", "infradev_launch", "infradev_rank_entry", "infradev_rank_boot", "infradev_grading",
 ];
 
 /** Extensions of a module file Python imports by name (name.py, name.cpython-311-x86_64-linux-gnu.so, ...). */
