@@ -43,6 +43,7 @@ interface CheckCliOptions extends GraderCliOptions {
   seed: number;
   timeLimit?: number;
   jobs?: number;
+  fullGrades?: boolean;
   minMutationScore?: number;
   hostPython?: string;
   static?: boolean;
@@ -63,6 +64,7 @@ export function registerTaskCheckCommands(tasks: Command): void {
     .option("--seed <n>", "seed of the mutant sample", nonNegativeInt("--seed"), 0)
     .option("--time-limit <minutes>", "stop starting mutants after this long (those left are reported not run; graded ones are reused next time)", minutes)
     .option("--jobs <n>", "grades at once (default: half the cores, at least 1; a GPU task: 1)", positiveInt("--jobs"))
+    .option("--full-grades", "grade the base, hollow and adversarial controls in full (default: each stops once its verdict is decided; their rows then name the sessions not run)")
     .option("--min-mutation-score <x>", "the threshold (default 0.9)", score)
     .option("--host-python <path>", "Python for the static analysis on this machine (stdlib only; default $INFRADEV_HOST_PYTHON, else python3)");
   addGraderOptions(cmd).action(async (id: string, opts: CheckCliOptions) => {
@@ -93,6 +95,7 @@ export function registerTaskCheckCommands(tasks: Command): void {
       seed: opts.seed,
       timeLimitSec: opts.timeLimit ? opts.timeLimit * 60 : undefined,
       jobs: opts.jobs,
+      ...(opts.fullGrades ? { fullGrades: true } : {}),
       minMutationScore: opts.minMutationScore,
       onProgress: progress.progress,
     }).finally(() => progress.done());

@@ -41,6 +41,8 @@ export function checkText(r: CheckReport): string {
       .split("\n")
       .map((l) => `  ${l}`),
   );
+  const stopped = r.submissions.filter((s) => s.skipped_sessions?.length);
+  if (stopped.length) out.push(...wrapText(`stopped once decided (scores cover the sessions run; --full-grades runs all): ${stopped.map((s) => `${s.name} (${s.skipped_sessions!.length} not run)`).join(", ")}`, WIDTH, "  "));
   for (const s of r.submissions.filter((x) => !x.ok)) out.push(...wrapText(`${s.name}: ${s.why}`, WIDTH, "    ! "));
   if (r.mutants) {
     const m = r.mutants;
@@ -99,7 +101,7 @@ function diffHtml(diff: string): string {
 }
 
 function submissionRow(s: SubmissionRow): string {
-  return `<tr class="${s.ok ? "ok" : "bad"}"><td>${esc(s.kind)}</td><td>${esc(s.name)}</td><td>${esc(s.status)}</td><td>${esc(cell(s.set_a))}</td><td>${esc(cell(s.set_b))}</td><td>${esc(s.set_b.score?.toFixed(3) ?? "n/a")}</td><td>${s.ok ? "ok" : `NO: ${esc(s.why)}`}</td><td>${esc(s.note ?? "")}</td></tr>`;
+  return `<tr class="${s.ok ? "ok" : "bad"}"><td>${esc(s.kind)}</td><td>${esc(s.name)}</td><td>${esc(s.status)}</td><td>${esc(cell(s.set_a))}</td><td>${esc(cell(s.set_b))}</td><td>${esc(s.set_b.score?.toFixed(3) ?? "n/a")}</td><td>${s.ok ? "ok" : `NO: ${esc(s.why)}`}</td><td>${esc([s.note ?? "", s.skipped_sessions?.length ? `stopped once decided: ${s.skipped_sessions.join(", ")} not run` : ""].filter(Boolean).join("; "))}</td></tr>`;
 }
 
 function mutantRow(m: MutantRow): string {

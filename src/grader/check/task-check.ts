@@ -8,7 +8,7 @@ import { calibrate } from "../grade/calibrate.js";
 import { sha256, taskContentHash } from "../../lib/files.js";
 import { writeJsonAtomic } from "../../lib/json.js";
 import { hardwareFingerprint } from "../workspace/fingerprint.js";
-import { gradedWorldSizes } from "../grade/sessions.js";
+import { gradedWorldSizes, type StopRule } from "../grade/sessions.js";
 import { gradeSubmission } from "../grade/grade.js";
 import { generateHollow, generateMutants, type Mutant, type MutantSkips } from "./mutants.js";
 import { acceptanceProblems, failingCases, type FailingCases } from "./acceptance-rules.js";
@@ -367,7 +367,30 @@ async function calibrateGold({ task, opts, worldSizes, add, say }: CheckContext)
   return { cal, handle, fingerprint, taskHash, goldProbes, skippedProbes };
 }
 
-type Grade = (name: string, patchFile: string | null, outDir: string, extra?: { baseAsIs?: boolean; stopEarly?: boolean }) => ReturnType<typeof gradeSubmission>;
+type GradeExtra = { baseAsIs?: boolean; stopEarly?: boolean; stopWhen?: StopRule };
+type Grade = (name: string, patchFile: string | null, outDir: string, extra?: GradeExtra) => ReturnType<typeof gradeSubmission>;
+
+/**
+ * An adversarial patch's verdict is decided once every official session has run (Set A complete: it
+ * must pass them all) and, in the probe sessions so far, a probe of each promise it declares it breaks
+ * has failed where gold passes (in every calibration run): the probe sessions after are not needed.
+ * Stateful (one per grade): asked once per session, in plan order.
+ */
+export function adversaryDecided(cal: Pick<Calibration, "cases">, breaks: readonly string[]): StopRule {
+  const promiseOf = new Map(
+    cal.cases.filter((c) => c.suite === "probe" && c.outcomes.length > 0 && c.outcomes.every((o) => o === "passed")).map((c) => [c.id, c.probe?.promise ?? null]),
+  );
+  const caught = new Set<string>();
+  return (session, plan, rest) => {
+    if (plan.name === "probe") {
+      for (const c of session.cases) {
+        const promise = promiseOf.get(c.id);
+        if (promise && c.outcome !== "passed") caught.add(promise);
+      }
+    }
+    return breaks.length > 0 && !rest.some((r) => r.name === "official") && breaks.every((b) => caught.has(b));
+  };
+}
 
 /**
  * One submission graded against gold. Two grades of the same bytes share one artifact folder (it is
@@ -387,7 +410,7 @@ function serialGrader({ task, opts, worldSizes, say }: CheckContext, { cal, fing
       inFlight.delete(key);
     }
   };
-  const gradeOnce = async (name: string, patchFile: string | null, outDir: string, extra: { baseAsIs?: boolean; stopEarly?: boolean }) => {
+  const gradeOnce = async (name: string, patchFile: string | null, outDir: string, extra: GradeExtra) => {
     const out = await gradeSubmission({ task, patchFile, outDir, sandboxFactory: opts.sandboxFactory, calibration: cal, fingerprint, taskHash, worldSizes, onProgress: prefixed(say, `${name}: `), ...extra });
     return out;
   };
@@ -412,11 +435,20 @@ async function gradeControls({ task, opts, scratch, add, say }: CheckContext, { 
   ];
   const jobs = opts.jobs ?? defaultJobs(task);
   const gradesDir = join(opts.outDir, "grades");
+  // Each control is graded until its verdict is decided (unless --full-grades): the base and a lone
+  // hollow only need "not resolved"; with both hollows the warning below compares their full scores.
+  const lone = planned.filter((p) => p.kind === "hollow" || p.kind === "hollow-generated").length === 1;
+  const stopRule = (p: Planned): GradeExtra => {
+    if (opts.fullGrades) return {};
+    if (p.kind === "base" || (lone && (p.kind === "hollow" || p.kind === "hollow-generated"))) return { stopEarly: true };
+    if (p.kind === "adversarial" && p.breaks?.length) return { stopWhen: adversaryDecided(cal, p.breaks) };
+    return {};
+  };
   const submissions = await pool(planned, jobs, async (p, i): Promise<SubmissionRow> => {
     say(`[${i + 1}/${planned.length}] ${p.kind} ${p.name}`);
-    const { result } = await grade(`${p.kind} ${p.name}`, p.patch, gradesDir, { baseAsIs: p.baseAsIs });
+    const { result } = await grade(`${p.kind} ${p.name}`, p.patch, gradesDir, { baseAsIs: p.baseAsIs, ...stopRule(p) });
     const failing = failingVsGold(result, cal);
-    const row: SubmissionRow = { kind: p.kind, name: p.name, status: result.status, ...summary(result), failing_probes: [...failing.probes], failing_official: [...failing.official], ok: true, ...(p.note ? { note: p.note } : {}), ...(p.breaks ? { breaks: p.breaks } : {}) };
+    const row: SubmissionRow = { kind: p.kind, name: p.name, status: result.status, ...summary(result), failing_probes: [...failing.probes], failing_official: [...failing.official], ok: true, ...(p.note ? { note: p.note } : {}), ...(p.breaks ? { breaks: p.breaks } : {}), ...(result.partial ? { skipped_sessions: [...result.partial.skipped] } : {}) };
     const problems = acceptanceProblems(p.kind, result, failing, p.breaks);
     if (problems.length) Object.assign(row, { ok: false, why: problems.join("; ") });
     return row;

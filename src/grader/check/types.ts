@@ -43,6 +43,12 @@ export interface SubmissionRow {
   why?: string;
   note?: string;
   breaks?: string[];
+  /**
+   * Sessions not run because the verdict this control needs was decided before them (the base and a
+   * lone hollow at their first failure, an adversarial patch once a probe of each promise it breaks
+   * failed): its scores and failing cases cover the sessions that ran. `--full-grades` runs them all.
+   */
+  skipped_sessions?: string[];
 }
 
 export interface CoverageRow {
@@ -105,6 +111,12 @@ export interface CheckOptions {
   timeLimitSec?: number;
   /** Grades at once (default: the machine's cores halved, at least 1; a GPU task: 1). */
   jobs?: number;
+  /**
+   * Grade every control in full. Default: the base (and a hollow patch when there is only one kind)
+   * stops at its first failing case gold passes, an adversarial patch once Set A is complete and a
+   * probe of each promise it breaks has failed: the verdicts are the same, the sessions after are not run.
+   */
+  fullGrades?: boolean;
   minMutationScore?: number;
   /** Only the static checks (markers, promises, traps, the golden patch's analysis): nothing is run in a sandbox. */
   staticOnly?: boolean;

@@ -7,7 +7,7 @@ import { readJsonFile, writeJsonAtomic } from "../../lib/json.js";
 import { fingerprintHash, hardwareFingerprint } from "../workspace/fingerprint.js";
 import { runControl, runSubmission, type SandboxFactory } from "./pipeline.js";
 import { goldView, scoreSubmission, type GoldView, type SubmissionOutcome } from "./score.js";
-import { gradedWorldSizes, worldSizesTag, type SessionPlan } from "./sessions.js";
+import { gradedWorldSizes, worldSizesTag, type SessionPlan, type StopRule } from "./sessions.js";
 import type { ConfigRevert, PytestPin } from "../workspace/harness-files.js";
 import type { Calibration, GradeResult, HardwareFingerprint, PartialRun, SessionResult } from "./types.js";
 import type { Progress } from "../../lib/progress.js";
@@ -58,6 +58,12 @@ export interface GradeOptions {
   stopEarly?: boolean;
   /** With stopEarly: false stops between sessions only (bench/task_check_wall.ts's "before" arm). */
   failFast?: boolean;
+  /**
+   * The check's controls: a rule of their own for stopping between sessions once the verdict the
+   * check needs is decided (task-check.ts: an adversarial patch once Set A is complete and a probe of
+   * every promise it breaks has failed). Like stopEarly, a stop makes the result `partial`.
+   */
+  stopWhen?: StopRule;
   onProgress?: Progress;
   signal?: AbortSignal;
 }
@@ -167,7 +173,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   const previousMeta = readJsonFile<GradeMeta>(join(artifactDir, "meta.json"));
   const sameWorldSizes = previousMeta?.world_sizes?.join(",") === worldSizes.join(",");
   // A partial result (stopped early) answers only another early-stopping grade.
-  const complete = !previous?.partial || opts.stopEarly === true;
+  const complete = !previous?.partial || opts.stopEarly === true || opts.stopWhen !== undefined;
   if (previous && previousMeta && previousMeta.grading_rules === GRADING_RULES && previousMeta.task_hash === taskHash && previousMeta.fingerprint_hash === fpHash && sameWorldSizes && complete && previous.status !== "harness_fault") {
     say(`complete result found, reusing ${join(artifactDir, "result.json")}`);
     return { result: previous, artifactDir, reused: true };
@@ -214,7 +220,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
       artifactDir,
       sandboxFactory: opts.sandboxFactory,
       worldSizes,
-      ...(opts.stopEarly ? { stopWhen: (s: SessionResult, p: SessionPlan) => shouldStopEarly(gold, s, p) } : {}),
+      ...(opts.stopEarly ? { stopWhen: (s: SessionResult, p: SessionPlan) => shouldStopEarly(gold, s, p) } : opts.stopWhen ? { stopWhen: opts.stopWhen } : {}),
       ...(opts.stopEarly && opts.failFast !== false ? { failFast: (p: SessionPlan) => failFastIds(gold, p) } : {}),
       onProgress: say,
       signal: opts.signal,
@@ -258,7 +264,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
     submission_hash: hash,
     patch_file: opts.baseAsIs ? null : opts.patchFile,
     world_sizes: worldSizes,
-    stop_early: opts.stopEarly === true,
+    stop_early: opts.stopEarly === true || opts.stopWhen !== undefined,
     ...(partial ? { partial: { stopped_after: partial.stopped_after, skipped: partial.skipped } } : {}),
     flaky_gold_cases: calibration.flaky,
     reverted_test_edits: reverted,

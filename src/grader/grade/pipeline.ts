@@ -6,7 +6,7 @@ import { applyPatch } from "../workspace/apply.js";
 import { writeJsonAtomic } from "../../lib/json.js";
 import { checkPatch } from "../workspace/patch-check.js";
 import { runRanks } from "../../runner/ranks.js";
-import { GradingInterrupted, planSessions, runSessions, type SessionPlan } from "./sessions.js";
+import { GradingInterrupted, planSessions, runSessions, type SessionPlan, type StopRule } from "./sessions.js";
 import type { ConfigRevert, PytestPin } from "../workspace/harness-files.js";
 import type { ApplyMethod, CaseRecord, CollectionError, PartialRun, SessionResult } from "./types.js";
 import { captureWorkspaceState, restoreWorkspaceState } from "../workspace/fresh-state.js";
@@ -38,7 +38,7 @@ export interface RunSubmissionOptions {
   /** The world sizes to run every suite at (default: the task's, sessions.ts gradedWorldSizes). */
   worldSizes?: readonly number[];
   /** Asked after each session: true skips the rest (sessions.ts runSessions). */
-  stopWhen?: (session: SessionResult, plan: SessionPlan) => boolean;
+  stopWhen?: StopRule;
   /** The ids each session stops at on their first failure (sessions.ts runSessions failFast). */
   failFast?: (plan: SessionPlan) => string[];
   onProgress?: Progress;

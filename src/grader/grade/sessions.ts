@@ -61,6 +61,12 @@ export function namesCarryWorldSize(spec: Pick<TaskSpec, "ranks">, worldSizes: r
   return !(worldSizes.length === 1 && worldSizes[0] === spec.ranks);
 }
 
+/**
+ * Asked after each session (run or reused, in plan order) with the plans not run yet: true skips them
+ * all (an early stop: the result carries `partial`).
+ */
+export type StopRule = (session: SessionResult, plan: SessionPlan, rest: readonly SessionPlan[]) => boolean;
+
 export interface SessionPlan {
   mode: string;
   /** The world size this session runs at. */
@@ -238,7 +244,7 @@ export interface RunSessionsOptions {
    * Asked after each session (run or reused, without a harness fault): true skips every session
    * after it (grade.ts's early stop for the check's mutants).
    */
-  stopWhen?: (session: SessionResult, plan: SessionPlan) => boolean;
+  stopWhen?: StopRule;
   /**
    * Task check's mutants only (grade.ts stopEarly): the real ids (without the plan's idPrefix) at
    * whose first failure, error or skip the session stops (runRanks stopOnFail, canaries never among
@@ -297,7 +303,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
     // A session the launcher cut short (fail fast) is itself partly skipped: the cases it never
     // reached did not run.
     const cut = sessions.at(-1)!.launch_status === "fail_fast";
-    if (!cut && (!rest.length || !opts.stopWhen?.(sessions.at(-1)!, plan))) return undefined;
+    if (!cut && (!rest.length || !opts.stopWhen?.(sessions.at(-1)!, plan, rest))) return undefined;
     const skipped = cut ? [plan, ...rest] : rest;
     return { stopped_after: plan.fileName, skipped: rest.map((p) => p.fileName), stopped_suite: plan.name, skipped_sessions: skipped.map((p) => ({ idPrefix: p.idPrefix, suite: p.name })) };
   };

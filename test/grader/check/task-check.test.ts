@@ -79,6 +79,19 @@ describe("task check on the check-mean fixture", () => {
     expect(m.killed_official + m.killed_probes + m.survived).toBe(m.graded);
     // The coverage table names, per promise, the adversarial patch its probes caught.
     expect(good.coverage.find((c) => c.id === "input-unchanged")!.adversarial).toContain("reduce-in-place");
+    // Controls are graded until their verdict is decided: the base stops at its first failing session;
+    // an adversarial patch caught at world size 1 never runs the world-size-2 probes, yet its row still
+    // names a failing probe of each promise it breaks (the rows that ran every session need not).
+    const base = good.submissions.find((s) => s.kind === "base")!;
+    expect(base.skipped_sessions?.length).toBeGreaterThan(0);
+    const decided = adv.filter((a) => a.skipped_sessions?.length);
+    expect(decided.length).toBeGreaterThan(0);
+    for (const a of decided) {
+      expect(a.skipped_sessions!.every((f) => f.endsWith(".probe")), a.name).toBe(true);
+      for (const b of a.breaks!) expect(a.failing_probes.map((f) => f.promise), a.name).toContain(b);
+    }
+    // Alternatives are always graded in full.
+    for (const a of alt) expect(good.submissions.find((s) => s.name === a.name)!.skipped_sessions, a.name).toBeUndefined();
   });
 
   it("renders the report as text and HTML (coverage, controls, mutants with diffs)", () => {
