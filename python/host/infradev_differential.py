@@ -369,27 +369,32 @@ def release_group(group):
 # Shrinking
 
 
+def _list_halves(workload, key):
+    v = workload[key]
+    half = len(v) // 2
+    yield dict(workload, **{key: v[:half]})
+    yield dict(workload, **{key: v[half:]})
+
+
+def _shrinkable_lists(workload):
+    return [key for key in sorted(workload) if isinstance(workload[key], list) and len(workload[key]) > 1]
+
+
 def generic_halves(workload):
     """Each list of a JSON workload cut to its first or its second half."""
-    for key in sorted(workload):
-        v = workload[key]
-        if isinstance(v, list) and len(v) > 1:
-            half = len(v) // 2
-            yield dict(workload, **{key: v[:half]})
-            yield dict(workload, **{key: v[half:]})
+    for key in _shrinkable_lists(workload):
+        yield from _list_halves(workload, key)
 
 
 def generic_shrink(workload):
     """Smaller versions of a JSON workload: each list made shorter (halves first, then one item
-    less), each integer above 1 halved, then one less. The driver's shrink() is tried before."""
-    for key in sorted(workload):
+    less), each integer above 1 halved, then one less. The driver's shrink() is tried before.
+    The order (per list: halves, then each one-item-less) decides which minimal case is reported."""
+    for key in _shrinkable_lists(workload):
+        yield from _list_halves(workload, key)
         v = workload[key]
-        if isinstance(v, list) and len(v) > 1:
-            half = len(v) // 2
-            yield dict(workload, **{key: v[:half]})
-            yield dict(workload, **{key: v[half:]})
-            for i in range(len(v)):
-                yield dict(workload, **{key: v[:i] + v[i + 1:]})
+        for i in range(len(v)):
+            yield dict(workload, **{key: v[:i] + v[i + 1:]})
     for key in sorted(workload):
         v = workload[key]
         if isinstance(v, int) and not isinstance(v, bool) and v > 1 and key != "seed":

@@ -137,6 +137,33 @@ def test_reset_sends_everything_and_repairs_an_overwritten_copy():
     assert problems + more == []
 
 
+@pytest.mark.probe(promise="reset-full", kind="state")
+def test_after_reset_deltas_are_against_the_reset_sync_not_the_one_before():
+    """Prompt 9: "later syncs are deltas against that sync again". The trainer's record must be what
+    the reset sync sent: a value changed back to what the sync *before* the reset had sent differs
+    from the reset sync's, so it is sent."""
+    bag = Bag([("w", 2000, torch.float32, True), ("v", 64, torch.bfloat16, True)], seed=95 + rank())
+    sync = weight_sync(bag)
+    problems, last = check_sync(sync, bag, 0, None, "first sync")
+    moved = torch.tensor([3, 700, 1999])
+    if rank() == 0:
+        flip(bag.w, moved)  # value A
+        flip(bag.v, torch.tensor([1]))
+    more, last = check_sync(sync, bag, 0, last, "delta before reset()")
+    problems += more
+    if rank() == 0:
+        flip(bag.w, moved)  # value B (the first sync's), not synced before the reset
+        flip(bag.v, torch.tensor([1]))
+    sync.reset()
+    more, last = check_sync(sync, bag, 0, last, "full sync after reset()")
+    problems += more
+    if rank() == 0:
+        flip(bag.w, moved)  # back to A: what the sync before the reset sent, not what the reset sync did
+        flip(bag.v, torch.tensor([1]))
+    more, _ = check_sync(sync, bag, 0, last, "delta after the reset sync, to values the pre-reset sync had sent")
+    assert problems + more == []
+
+
 @pytest.mark.probe(promise="reset-full", kind="resource")
 def test_reset_sync_sends_every_parameter():
     bag = Bag([("w", 3000, torch.float32, True), ("h", 1000, torch.bfloat16, True)], seed=85)  # same on every rank
