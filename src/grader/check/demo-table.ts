@@ -54,7 +54,9 @@ export function demoTableRows(report: DemoReport): string[][] {
     const caught = caughtBy(r)
       .map((c) => `${c.promise} → ${c.labels.length ? c.labels.join(", ") : "NOT caught"}`)
       .join("; ");
-    return [`${r.task}:${r.name}`, resolvedCell(res.official), resolvedCell(res.with_probes), pct(res.official.score), pct(res.with_probes.score), labels, caught];
+    // A control graded only until it failed (the base, the hollow patch): its scores count what ran.
+    const stopped = res.partial ? ` (stopped at its first failure: ${res.partial.skipped.length} session(s) not run)` : "";
+    return [`${r.task}:${r.name}`, resolvedCell(res.official), resolvedCell(res.with_probes), pct(res.official.score), pct(res.with_probes.score), `${labels}${stopped}`, caught];
   });
   for (const n of report.notRunnable) rows.push([`${n.task} (every submission)`, "—", "—", "—", "—", `not run here: ${n.reason}`, ""]);
   return rows;
