@@ -4,7 +4,8 @@
 # graded, resolved and never tampered, and no rank may have refused anything. Prints, per session
 # and rank, what the hook saw (armed, done, refused, the events library code used and it allowed).
 # No Node on the device machine: carried as .device/node.xz and .device/nm.tar.xz, with dist/
-# (as bench/gpu_task_check.sh does). Not resumable; ~calibration (3 gold runs) + 1 grade.
+# (as bench/gpu_task_check.sh does), and the task's upstream bundle as .device/megatron-lm-pr3812.bundle.
+# Not resumable; ~calibration (3 gold runs) + 1 grade.
 #   TASK=megatron-param-layout HARD_S=560 bash bench/gpu_audit_hook_megatron.sh
 set -u
 OUT=${OUT:-/tmp/gpu-audit-out}
@@ -17,12 +18,19 @@ mkdir -p /tmp/nodebin
 python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],"wb"))' .device/node.xz /tmp/nodebin/node && chmod +x /tmp/nodebin/node
 export PATH=/tmp/nodebin:$PATH
 [ -d node_modules ] || tar -xJf .device/nm.tar.xz
+# The task's upstream commits (offline): carry .device/megatron-lm-pr3812.bundle (../shared/upstream).
+export INFRADEV_GIT_CACHE=/tmp/infradev-git HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+mkdir -p /opt/data && touch /opt/data/.offline
+[ -f .device/megatron-lm-pr3812.bundle ] && node dist/cli/main.js tasks cache import .device/megatron-lm-pr3812.bundle --url https://github.com/NVIDIA/Megatron-LM.git --shallow 40627d00d96cef74aceab35e0e3c170e900f3aff
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 node --version; python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)'
 # The hook and the filter on their own, in this image's Python, before the grade.
 python3 -S python/sandbox/infradev_guard.py python3 -c 'print(open("/proc/self/status").read().split("Seccomp:")[1].split()[0], "= seccomp mode under the launcher filter")'
 echo "setup $(( $(date +%s) - T0 )) s"
-timeout "${HARD_S:-560}" node dist/cli/main.js grade --task "$TASK" --patch "tasks/$TASK/hidden/golden.patch" --sandbox "$SANDBOX" \
+# A task from a real pull request has no golden.patch file: the grader derives it from the merge commit.
+GOLD="tasks/$TASK/hidden/golden.patch"
+[ -f "$GOLD" ] || GOLD=$(node -e "import('./dist/task/hidden/grader-task.js').then((m) => console.log(m.loadGraderTask(process.argv[1]).hidden.goldenPatch))" "$TASK")
+timeout "${HARD_S:-560}" node dist/cli/main.js grade --task "$TASK" --patch "$GOLD" --sandbox "$SANDBOX" \
   --out /tmp/infradev-audit-grade --calibration-dir /tmp/infradev-audit-cal --json > "$OUT/result.json" 2> "$OUT/progress.txt"
 echo "grade exit $? after $(( $(date +%s) - T0 )) s"
 tail -5 "$OUT/progress.txt"
