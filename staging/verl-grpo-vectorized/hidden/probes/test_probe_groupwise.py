@@ -105,6 +105,20 @@ def test_two_dim_inputs_are_flattened():
     assert torch.allclose(m.double(), rm) and torch.allclose(s.double(), rs) and torch.equal(c, rc.float())
 
 
+@pytest.mark.probe(promise="group-stats", kind="numerical")
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int16, torch.uint8])
+def test_ids_of_any_integer_dtype(idx_dtype):
+    """gidx is an integer tensor: the ids mean the same whatever its integer dtype."""
+    _, group_mean_std = _gw()
+    g = torch.Generator().manual_seed(23)
+    gidx = torch.randint(0, 7, (120,), generator=g)
+    scores = torch.randn(120, generator=g)
+    want = group_mean_std(scores, gidx, device="cpu")
+    got = group_mean_std(scores, gidx.to(idx_dtype), device="cpu")
+    for x, y in zip(got, want):
+        assert x.dtype == torch.float32 and torch.allclose(x, y, rtol=1e-6, atol=1e-6)
+
+
 def _same_partition(ids, labels):
     ids = ids.tolist()
     n = len(labels)
@@ -140,6 +154,9 @@ def test_integer_labels_keep_their_value():
     _check_index(vals, vals, want_values=vals)
     _check_index(np.array(vals, dtype=np.int32), vals, want_values=vals)
     _check_index(torch.tensor(vals, dtype=torch.int16), vals, want_values=vals)
+    _check_index(torch.tensor(vals, dtype=torch.int32), vals, want_values=vals)
+    _check_index(torch.tensor(vals, dtype=torch.uint8), vals, want_values=vals)
+    _check_index(torch.tensor(vals, dtype=torch.int64), vals, want_values=vals)
     _check_index(np.array(vals, dtype=object), vals, want_values=vals)
     _check_index([str(v) for v in vals], vals, want_values=vals)
     _check_index(torch.tensor([True, False, True]), [1, 0, 1], want_values=[1, 0, 1])
@@ -163,12 +180,20 @@ def test_mixed_labels_compare_as_strings_and_shapes_flatten():
     _check_index(torch.tensor(grid), grid.reshape(-1).tolist(), want_values=grid.reshape(-1).tolist())
 
 
+@pytest.mark.probe(promise="index-labels", kind="state")
+def test_labels_of_other_tensor_dtypes_are_factorised():
+    """A tensor of labels that are neither integers nor near-integer floats (complex) is "other
+    labels": factorised, equal ids exactly for equal labels."""
+    labels = [1 + 1j, 2 + 0j, 1 + 1j, 0.5j, 2 + 0j]
+    _check_index(torch.tensor(labels, dtype=torch.complex64), labels)
+
+
 @pytest.mark.probe(promise="device-policy", kind="state")
 def test_device_policy(monkeypatch):
     """'meta' stands for a second device on any machine: ids can be moved there, no kernel runs."""
     as_torch_index, group_mean_std = _gw()
     monkeypatch.setenv("VERL_FORCE_DEVICE", "meta")
-    for labels in ([3, 1, 3], ["u-1", "u-2", "u-1"], torch.tensor([2, 2, 5]), np.array([1.0, 2.0])):
+    for labels in ([3, 1, 3], ["u-1", "u-2", "u-1"], torch.tensor([2, 2, 5]), np.array([1.0, 2.0]), torch.tensor([1.0, 2.0])):
         assert as_torch_index(labels).device.type == "meta", labels
         assert as_torch_index(labels, device="cpu").device.type == "cpu", labels
     m, s, c = group_mean_std(torch.tensor([1.0, 2.0, 4.0]), torch.tensor([0, 0, 1]), device="cpu")
