@@ -88,6 +88,13 @@ def test_variance_floor(eps):
     _check(scores, gidx, eps=eps)
 
 
+@pytest.mark.probe(promise="group-stats", kind="numerical")
+def test_a_single_group():
+    """Every position in group 0: G = 1, one mean / std / count (not the empty result of G = 0)."""
+    scores = torch.tensor([1.0, 4.0, 2.0, 7.0])
+    _check(scores, torch.zeros(4, dtype=torch.long))
+
+
 @pytest.mark.probe(promise="group-stats", kind="condition")
 def test_length_mismatch_raises():
     _, group_mean_std = _gw()
