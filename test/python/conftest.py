@@ -32,6 +32,27 @@ def pg():
 '''
 
 
+# Rank 1 blocks in a recv rank 0 never sends; rank 0 goes on to test_after's all_reduce (a hang and,
+# for the desync detector, two ranks in different collectives).
+HANGING = PG_FIXTURE + '''
+
+def test_before():
+    t = torch.ones(2)
+    dist.all_reduce(t)
+
+
+def test_hang():
+    t = torch.ones(2)
+    if dist.get_rank() == 1:
+        dist.recv(t, src=0)  # rank 0 never sends: rank 1 blocks forever
+
+
+def test_after():
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t[0].item() == dist.get_world_size()
+'''
+
 BUNDLE_PREFIX = "INFRADEV-BUNDLE "
 
 

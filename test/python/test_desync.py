@@ -6,7 +6,7 @@ import os
 import sys
 import tempfile
 
-from conftest import PG_FIXTURE, SANDBOX_PY
+from conftest import HANGING, PG_FIXTURE, SANDBOX_PY
 
 sys.path.insert(0, SANDBOX_PY)
 import infradev_inflight  # noqa: E402
@@ -14,44 +14,25 @@ from infradev_launcher.desync import DesyncWatch  # noqa: E402
 
 LIMIT = "60"  # the bundled tasks' per-test limit: what a desynchronised session used to wait out
 
-DESYNC = PG_FIXTURE + '''
-
-def test_before():
-    t = torch.ones(2)
-    dist.all_reduce(t)
-
-
-def test_desync():
-    t = torch.ones(2)
-    if dist.get_rank() == 0:
-        dist.all_reduce(t)  # rank 1 never joins this all-reduce
-    else:
-        dist.recv(t, src=0)  # and rank 0 never sends
-
-
-def test_after():
-    t = torch.ones(2)
-    dist.all_reduce(t)
-    assert t[0].item() == dist.get_world_size()
-'''
-
 
 def test_ranks_in_different_collectives_are_stopped_before_the_limit(scratch):
-    run = scratch({"test_desync.py": DESYNC}, 2, "--per-test-timeout", LIMIT, "--desync-after", "2")
+    # HANGING: rank 1 blocks in a recv rank 0 never sends; rank 0 goes on to test_after's all_reduce.
+    run = scratch({"test_hang.py": HANGING}, 2, "--per-test-timeout", LIMIT, "--desync-after", "2")
     assert run.returncode == 2, run.stderr
     launch = run.launch
     assert launch["status"] == "hang"
     [event] = launch["events"]
     assert event["kind"] == "hang" and event.get("desync") is True, event
-    assert event["test"] == "test_desync.py::test_desync"
+    assert event["test"] == "test_hang.py::test_hang"  # the earliest test a rank is in, as the limit would blame
     assert 2 <= event["after_s"] < 30, event  # far below the 60 s limit
     assert "rank 0 in all_reduce" in event["detail"] and "rank 1 in recv" in event["detail"], event["detail"]
     assert launch["restarts"] == 1
-    for rank in (0, 1):
-        cases = run.junit(rank)
-        assert cases["test_desync.py::test_desync"][0] == "error"
-        assert cases["test_desync.py::test_before"][0] == "passed"
-        assert cases["test_desync.py::test_after"][0] == "passed"  # ran after the restart
+    r0, r1 = run.junit(0), run.junit(1)
+    assert r1["test_hang.py::test_hang"][0] == "error"
+    assert r0["test_hang.py::test_hang"][0] == "passed"  # rank 0 skipped the recv and went on
+    for cases in (r0, r1):
+        assert cases["test_hang.py::test_before"][0] == "passed"
+        assert cases["test_hang.py::test_after"][0] == "passed"  # ran after the restart
     assert run.elapsed_s < 50
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import PG_FIXTURE, processes_mentioning
+from conftest import HANGING, PG_FIXTURE, processes_mentioning
 
 PASSING = PG_FIXTURE + '''
 
@@ -67,26 +67,6 @@ def test_all_pass(scratch, nproc):
         assert probe["rank"] == rank and probe["world_size"] == nproc
         assert probe["tests"]["test_ok.py::test_sum"]["calls"] == {"all_reduce": 1}
         assert probe["tests"]["test_ok.py::test_sum"]["bytes"] == {"all_reduce": 16}
-
-
-HANGING = PG_FIXTURE + '''
-
-def test_before():
-    t = torch.ones(2)
-    dist.all_reduce(t)
-
-
-def test_hang():
-    t = torch.ones(2)
-    if dist.get_rank() == 1:
-        dist.recv(t, src=0)  # rank 0 never sends: rank 1 blocks forever
-
-
-def test_after():
-    t = torch.ones(2)
-    dist.all_reduce(t)
-    assert t[0].item() == dist.get_world_size()
-'''
 
 
 def test_hang_is_reported_and_the_suite_continues(scratch, tmp_path):

@@ -172,8 +172,10 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
   const previous = readJsonFile<GradeResult>(join(artifactDir, "result.json"));
   const previousMeta = readJsonFile<GradeMeta>(join(artifactDir, "meta.json"));
   const sameWorldSizes = previousMeta?.world_sizes?.join(",") === worldSizes.join(",");
+  // This grade may stop before its last session (the check's mutants and controls).
+  const mayStop = opts.stopEarly === true || opts.stopWhen !== undefined;
   // A partial result (stopped early) answers only another early-stopping grade.
-  const complete = !previous?.partial || opts.stopEarly === true || opts.stopWhen !== undefined;
+  const complete = !previous?.partial || mayStop;
   if (previous && previousMeta && previousMeta.grading_rules === GRADING_RULES && previousMeta.task_hash === taskHash && previousMeta.fingerprint_hash === fpHash && sameWorldSizes && complete && previous.status !== "harness_fault") {
     say(`complete result found, reusing ${join(artifactDir, "result.json")}`);
     return { result: previous, artifactDir, reused: true };
@@ -264,7 +266,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
     submission_hash: hash,
     patch_file: opts.baseAsIs ? null : opts.patchFile,
     world_sizes: worldSizes,
-    stop_early: opts.stopEarly === true || opts.stopWhen !== undefined,
+    stop_early: mayStop,
     ...(partial ? { partial: { stopped_after: partial.stopped_after, skipped: partial.skipped } } : {}),
     flaky_gold_cases: calibration.flaky,
     reverted_test_edits: reverted,
