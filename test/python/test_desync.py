@@ -124,3 +124,36 @@ def test_record_round_trip_and_a_torn_write_reads_as_none():
         assert infradev_inflight.parse(bytes(data)) is None
         assert infradev_inflight.parse(b"short") is None
         rec.close()
+
+
+def test_planted_records_are_not_followed_or_trusted():
+    """The ranks' folder is writable by the code under test: a link planted under rank{r}.inflight (to a
+    valid-looking record elsewhere) or a FIFO is never followed or opened, a record caught mid-write
+    (odd version) is not used; each reads as no record, so the per-test limit applies."""
+    from infradev_launcher.desync import read_record
+
+    with tempfile.TemporaryDirectory() as d:
+        elsewhere = os.path.join(d, "elsewhere")
+        fd = os.open(elsewhere, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        rec = infradev_inflight.Inflight(fd)
+        os.close(fd)
+        assert rec.enter("all_reduce")
+        os.symlink(elsewhere, os.path.join(d, "rank0.inflight"))
+        os.mkfifo(os.path.join(d, "rank1.inflight"))
+        with open(elsewhere, "rb") as f:
+            torn = bytearray(f.read())
+        torn[0] |= 1
+        with open(os.path.join(d, "rank2.inflight"), "wb") as f:
+            f.write(bytes(torn))
+
+        class Cfg:
+            out_fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+
+        try:
+            assert [read_record(Cfg, r) for r in range(3)] == [None, None, None]
+            os.unlink(os.path.join(d, "rank0.inflight"))
+            os.rename(elsewhere, os.path.join(d, "rank0.inflight"))
+            assert read_record(Cfg, 0) == (1, 1, -1, 1, "all_reduce")  # the same record, as a regular file, is read
+        finally:
+            os.close(Cfg.out_fd)
+            rec.close()
