@@ -22,6 +22,8 @@ export interface RunOptions {
   ranks?: number;
   sandbox?: "local" | "none";
   env?: Record<string, string>;
+  /** Host folders put first on the tests' PYTHONPATH, read-only (a task's env.pythonpath stand-ins, before the task exists). */
+  pythonPath?: string[];
   testTimeoutSec?: number;
   runTimeoutSec?: number;
   launcher?: "builtin" | "torchrun";
@@ -85,7 +87,7 @@ function messageOf(c: RunRanksResult["cases"][number]): string {
 
 async function session(tree: string, nodes: string[], o: RunOptions, label: string): Promise<{ summary: SessionSummary; outcomes: Map<string, { outcome: CaseOutcome; message: string }> }> {
   const started = Date.now();
-  const sandbox = await createSandbox({ kind: o.sandbox ?? "local", hostRepoDir: tree, python: o.python ?? "python3", env: o.env ?? {}, purpose: "grader" });
+  const sandbox = await createSandbox({ kind: o.sandbox ?? "local", hostRepoDir: tree, python: o.python ?? "python3", env: o.env ?? {}, pythonPath: (o.pythonPath ?? []).map((host) => ({ host })), purpose: "grader" });
   try {
     const res = await runRanks(sandbox, {
       ranks: o.ranks ?? 1,

@@ -1,5 +1,5 @@
 /** `infradev curate`: flags to one call of author/curate (and author/curate-run with --run). */
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { Option, type Command } from "commander";
 import { UsageError } from "../lib/errors.js";
@@ -24,6 +24,7 @@ interface CurateCli {
   nproc: number;
   sandbox: "local" | "none";
   env: string[];
+  pythonpath?: string[];
   testTimeout: number;
   runTimeout: number;
   parallel?: boolean;
@@ -77,6 +78,7 @@ export function registerCurateCommands(program: Command): void {
     .option("--nproc <n>", "--run: ranks per session (default 1)", int("--nproc", 1), 1)
     .addOption(new Option("--sandbox <kind>", "--run: where the tests run (none = plain processes, e.g. a GPU node without bubblewrap)").choices(["local", "none"]).default("local"))
     .option("--env <NAME=VALUE>", "--run: environment for the tests (repeatable)", collect, [])
+    .option("--pythonpath <dir>", "--run: a folder first on the tests' PYTHONPATH, read-only (import stand-ins, as a task's env.pythonpath; repeatable)", collect, [])
     .option("--test-timeout <s>", "--run: per-test limit (default 300)", int("--test-timeout", 1), 300)
     .option("--run-timeout <s>", "--run: per-session limit (default 1800)", int("--run-timeout", 1), 1800)
     .option("--parallel", "--run: base and merge at the same time")
@@ -89,6 +91,11 @@ export function registerCurateCommands(program: Command): void {
       ]);
       if (opts.have && !existsSync(opts.have)) throw new UsageError(`curate: --have ${opts.have}: no such file`);
       const env = parseEnvPairs(opts.env, "curate: --env");
+      const pythonPath = (opts.pythonpath ?? []).map((d) => {
+        const abs = resolve(d);
+        if (!existsSync(abs) || !statSync(abs).isDirectory()) throw new UsageError(`curate: --pythonpath ${d}: no such folder`);
+        return abs;
+      });
       const gitDir = await resolveGitDir(opts.repo);
       const say = (m: string) => process.stderr.write(`[curate] ${m}\n`);
       const res = await curate({
@@ -100,7 +107,7 @@ export function registerCurateCommands(program: Command): void {
         if (res.candidates.length > 5) say(`--run over ${res.candidates.length} candidates: narrow it with --only or --top`);
         for (const c of res.candidates) {
           c.run = await runCandidate(c, {
-            gitDir, python: opts.python, ranks: opts.nproc, sandbox: opts.sandbox, env, testTimeoutSec: opts.testTimeout, runTimeoutSec: opts.runTimeout,
+            gitDir, python: opts.python, ranks: opts.nproc, sandbox: opts.sandbox, env, pythonPath, testTimeoutSec: opts.testTimeout, runTimeoutSec: opts.runTimeout,
             parallel: opts.parallel, workDir: opts.work ? resolve(opts.work) : undefined, keep: opts.keep, hostPython: opts.hostPython, onProgress: say,
           });
           say(`${c.sha.slice(0, 10)}: ${c.run.verdict}: ${c.run.why}`);

@@ -9,6 +9,7 @@ import type { Logger } from "../lib/logger.js";
 import type { DockerRequestOptions } from "./docker/create.js";
 import type { LocalSandboxOptions, ReadOnlyMount, ReadOnlyOverlay } from "./local/sandbox.js";
 import type { NoneSandboxOptions } from "./none.js";
+import type { PythonPathFolder } from "./task-pythonpath.js";
 import type { Sandbox } from "./types.js";
 
 /** What any caller may pass whatever the backend; a backend ignores what it has no use for. */
@@ -19,6 +20,11 @@ export interface SandboxRequestCommon {
   env?: Record<string, string>;
   /** Extra read-only binds (ignored by `none`, which sees the host as it is). */
   readOnlyMounts?: ReadOnlyMount[];
+  /**
+   * A task's env.pythonpath folders: copied by the host, read-only at /opt/infradev/pythonpath/<i>
+   * (`none`: the copies' host paths) and first on every exec's PYTHONPATH (sandbox/task-pythonpath.ts).
+   */
+  pythonPath?: PythonPathFolder[];
   /** Host paths never readable inside (ignored by `none`, which cannot hide anything). */
   hiddenPaths?: string[];
   /**
@@ -53,6 +59,26 @@ export type CreateSandboxOptions =
   | ({ kind: "docker" } & SandboxRequestCommon & DockerRequestOptions);
 
 export async function createSandbox(opts: CreateSandboxOptions): Promise<Sandbox> {
+  if (!opts.pythonPath?.length) return createBackend(opts);
+  const { pythonPath, ...rest } = opts;
+  const { copyPythonPathFolders, sandboxPythonPathDirs, withPythonPath } = await import("./task-pythonpath.js");
+  const copies = copyPythonPathFolders(pythonPath);
+  try {
+    // local / docker: each copy bound read-only at a fixed path; none: the copies where they are.
+    const inside = rest.kind === "none" ? copies.copies : sandboxPythonPathDirs(copies.copies.length);
+    const mounts = rest.kind === "none" ? [] : copies.copies.map((host, i) => ({ host, sandbox: inside[i]! }));
+    const sandbox = await createBackend({ ...rest, readOnlyMounts: [...(rest.readOnlyMounts ?? []), ...mounts] } as CreateSandboxOptions);
+    // What an exec's PYTHONPATH would be without ours: the request's env, else (none, which starts
+    // from the host's environment) the host's. A docker image's own PYTHONPATH is not seen here.
+    const fallback = rest.env?.PYTHONPATH ?? (rest.kind === "none" && (rest as NoneSandboxOptions).inheritEnv !== false ? process.env.PYTHONPATH : undefined);
+    return withPythonPath(sandbox, inside, fallback, copies.release);
+  } catch (e) {
+    copies.release();
+    throw e;
+  }
+}
+
+async function createBackend(opts: CreateSandboxOptions): Promise<Sandbox> {
   switch (opts.kind) {
     case "local": {
       const { kind: _kind, sessionId: _s, task: _t, purpose: _p, ...local } = opts;

@@ -10,7 +10,8 @@ import type { SandboxFactory } from "./session.js";
 export function makeSandboxFactory(docker: DockerSettings = {}, local: { pidsLimit?: number } = {}): SandboxFactory {
   return async (req) => {
     const { createSandbox } = await import("../sandbox/picker.js");
-    const common = { hostRepoDir: req.hostRepoDir, python: req.python, logDir: req.logDir, logger: req.logger };
+    // The task's stand-ins reach every backend (none: their host copies on PYTHONPATH).
+    const common = { hostRepoDir: req.hostRepoDir, python: req.python, logDir: req.logDir, logger: req.logger, pythonPath: req.pythonPath };
     // `none` sees the host as it is: the picker drops the mounts and hidden paths it cannot honour.
     const isolated = { ...common, readOnlyMounts: req.readOnlyMounts, hiddenPaths: req.hiddenPaths };
     switch (req.kind) {

@@ -21,6 +21,8 @@ export interface SandboxRequest {
   hostRepoDir: string;
   /** Extra read-only binds: the base checkout at /base. */
   readOnlyMounts: Array<{ host: string; sandbox: string }>;
+  /** The task's env.pythonpath folders (host paths inside `boundary`, the task folder): read-only and first on PYTHONPATH. */
+  pythonPath: Array<{ host: string; boundary: string }>;
   /** Host paths the sandbox must never see: the task folder (hidden/ with it), the package's tasks/, every run. */
   hiddenPaths: string[];
   /** Host folder for exec logs, outside the workspace: runs/<run-id>/logs (read-only inside at /infradev/logs). */
@@ -161,6 +163,7 @@ async function buildSession(opts: SessionOptions & { taskId: string }, task: Pub
     hostRepoDir: paths.workspaceDir,
     readOnlyMounts: baseHost ? [{ host: baseHost, sandbox: SANDBOX_BASE_DIR }] : [],
     hiddenPaths,
+    pythonPath: task.pythonPath.map((host) => ({ host, boundary: taskDir })),
     logDir: paths.logsDir,
     // The one interpreter rule (tasks/runnable.ts): --python, else $INFRADEV_PYTHON, else task.yaml's env.python.
     python: taskPython(task.spec, opts.python).python,

@@ -26,6 +26,8 @@ export function graderSandboxFactory(kind: SandboxKind, hiddenPaths: string[], d
       // The staged tests, probes and canaries: bound read-only over the test dirs (Contract C).
       readOnlyOverlays: readOnlyOverlays ?? [],
       hiddenPaths: [...new Set([resolve(task.taskDir), ...hiddenPaths.map((p) => resolve(p))])],
+      // The task's env.pythonpath stand-ins: copied, read-only, first on every exec's PYTHONPATH.
+      pythonPath: task.pythonPath.map((host) => ({ host, boundary: task.taskDir })),
       python: taskPython(task.fullSpec, opts.python).python,
       sessionId: `grade-${task.id}-${process.pid}-${Date.now()}`,
       task,

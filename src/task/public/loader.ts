@@ -1,5 +1,5 @@
 import { isPathInside, isRelativeInside } from "../../lib/path-validation.js";
-import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readFileSync, realpathSync, statSync } from "node:fs";
 import { join, relative, resolve, sep } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { bundledTasksDir } from "../../lib/paths.js";
@@ -24,6 +24,11 @@ export interface PublicTask {
   readonly source: { kind: "dir"; dir: string } | { kind: "git"; url: string; base: string };
   /** Display name of the task.yaml, for messages (relative to the tasks root). */
   readonly label: string;
+  /**
+   * env.pythonpath resolved: the real host path of each folder, in order (checked by
+   * taskPythonPath). Sandboxes copy them and put them first on PYTHONPATH, read-only.
+   */
+  readonly pythonPath: string[];
 }
 
 
@@ -106,6 +111,56 @@ export function displayPath(p: string): string {
   return rel && isRelativeInside(rel) ? rel : resolve(p);
 }
 
+/**
+ * env.pythonpath, checked: each entry a real folder inside the task folder and outside hidden.dir
+ * (the stand-ins are the public part: the agent's sandbox runs with them too), with no link in it
+ * that leads out of the task folder or to a folder (the host copies the folder for every sandbox
+ * and must not be led elsewhere). Returns the real paths, in order.
+ */
+export function taskPythonPath(taskDir: string, spec: TaskSpec, label: string): string[] {
+  const root = realpathSync(taskDir);
+  const hiddenDir = resolve(taskDir, spec.hidden.dir);
+  const hiddenReal = existsSync(hiddenDir) ? realpathSync(hiddenDir) : hiddenDir;
+  return spec.env.pythonpath.map((rel, i) => {
+    const field = `env.pythonpath.${i}`;
+    const p = resolve(taskDir, rel);
+    let st;
+    try {
+      st = statSync(p);
+    } catch {
+      throw new TaskError(`${label}: ${field}: folder "${rel}" does not exist in the task folder`);
+    }
+    if (!st.isDirectory()) throw new TaskError(`${label}: ${field}: "${rel}" is not a folder`);
+    const real = realInside(taskDir, p, label, field);
+    if (within(hiddenReal, real) || within(real, hiddenReal)) {
+      throw new TaskError(`${label}: ${field}: "${rel}" overlaps hidden.dir "${spec.hidden.dir}" (stand-ins are public: the agent's sandbox uses them too)`);
+    }
+    checkLinks(real, root, `${label}: ${field}`);
+    return real;
+  });
+}
+
+/** Every link under `dir` must resolve to a file inside `root`: a link out, a dangling one or one to a folder is an error. */
+function checkLinks(dir: string, root: string, where: string): void {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isSymbolicLink()) {
+      let target: string;
+      try {
+        target = realpathSync(p);
+      } catch {
+        throw new TaskError(`${where}: link ${displayPath(p)} leads nowhere`);
+      }
+      if (!within(root, target)) throw new TaskError(`${where}: link ${displayPath(p)} resolves outside the task folder (to ${target})`);
+      if (!statSync(target).isFile()) throw new TaskError(`${where}: link ${displayPath(p)} leads to a folder; only links to files are copied`);
+    } else if (e.isDirectory()) {
+      checkLinks(p, root, where);
+    } else if (!e.isFile() && !lstatSync(p).isFile()) {
+      throw new TaskError(`${where}: ${displayPath(p)} is neither a file, a folder nor a link`);
+    }
+  }
+}
+
 export function loadPublicTask(idOrPath: string, tasksRoot = bundledTasksDir()): PublicTask {
   const taskDir = resolveTaskDir(idOrPath, tasksRoot);
   const label = displayPath(join(taskDir, "task.yaml"));
@@ -131,5 +186,6 @@ export function loadPublicTask(idOrPath: string, tasksRoot = bundledTasksDir()):
   const { hidden: _hidden, world_sizes: _worldSizes, official_tests: _officialTests, ...rest } = spec;
   // The post-PR commit of a git source names where the answer is: not part of the public view.
   const publicSpec = spec.source.kind === "git" ? { ...rest, source: { kind: "git" as const, url: spec.source.url, base: spec.source.base } } : rest;
-  return { id: spec.id, spec: publicSpec, prompt, source, label };
+  const pythonPath = taskPythonPath(taskDir, spec, label);
+  return { id: spec.id, spec: publicSpec, prompt, source, label, pythonPath };
 }

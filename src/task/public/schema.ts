@@ -90,8 +90,16 @@ export const TaskSpecSchema = z.strictObject({
       python: z.string().min(1).default("/usr/bin/python3"),
       lock: z.string().optional(),
       vars: z.record(envVarName, z.string()).default({}),
+      /**
+       * Folders of the task's own (public part, never hidden/) put first on PYTHONPATH of every
+       * process that runs the task's Python: import-only stand-ins for packages the grading image
+       * lacks. Relative to the task folder; each is copied by the host and mounted read-only at
+       * /opt/infradev/pythonpath/<i> (sandbox/task-pythonpath.ts). The loader checks that each is a
+       * real folder inside the task folder (loader.ts taskPythonPath).
+       */
+      pythonpath: z.array(relPath).default([]),
     })
-    .default({ python: "/usr/bin/python3", vars: {} }),
+    .default({ python: "/usr/bin/python3", vars: {}, pythonpath: [] }),
   hidden: HiddenLayoutSchema.default({
     dir: "hidden",
     golden_patch: "hidden/golden.patch",
