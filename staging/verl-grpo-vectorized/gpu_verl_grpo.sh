@@ -5,13 +5,17 @@
 # The task's tests are CPU tests; the H200 image is used for its Python (torch 2.11, pytest 9).
 # Prerequisites in the checkout (run from the repository root):
 #   - dist/ built; .device/i25/{node.xz,nm.tar.xz} (bench/gpu_issue25.sh --prepare-only writes them);
-#   - tasks/verl-grpo-vectorized/ with hidden/upstream/verl-grpo-vectorized.bundle (1.6 MiB) and
-#     env/pystubs/ (import-only stand-ins for ray, tensordict, omegaconf, codetiming, transformers).
-#   run(command="bash bench/gpu_verl_grpo.sh", carry=["dist", ".device/i25"], timeout_s=600)
+#   - the task folder ($TASKS_DIR/verl-grpo-vectorized, default staging/) with
+#     hidden/upstream/verl-grpo-vectorized.bundle (1.6 MiB) and env/pystubs/ (import-only stand-ins
+#     for ray, tensordict, omegaconf, codetiming, transformers). task.yaml's env.pythonpath names
+#     env/pystubs: every sandbox mounts a copy read-only and puts it first on PYTHONPATH, so nothing
+#     is copied to /opt any more; curate --run gets the same folder with --pythonpath.
+#   run(command="bash staging/verl-grpo-vectorized/gpu_verl_grpo.sh", carry=["dist", ".device/i25"], timeout_s=600)
 # Knobs: MUTANTS=40 JOBS=8 TIME_LIMIT_MIN=4 CHECK_S=420 CURATE_S=150 SKIP_CURATE=1.
 set -u
 C=.device/i25
-T=tasks/verl-grpo-vectorized
+TASKS_DIR=${TASKS_DIR:-staging}
+T=$TASKS_DIR/verl-grpo-vectorized
 BASE=c03dcb0f8f0ba09354f16dbfad93f750a67a9953
 MERGE=4ff3ce2fedda1e078ae759c97a5596c43ceb053c
 URL=https://github.com/volcengine/verl.git
@@ -34,10 +38,9 @@ step() {
 }
 setup() {
   set -e
-  mkdir -p /tmp/nodebin /opt/infradev-stubs
+  mkdir -p /tmp/nodebin
   python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],"wb"))' $C/node.xz /tmp/nodebin/node && chmod +x /tmp/nodebin/node
   [ -d node_modules ] || tar -xJf $C/nm.tar.xz
-  rm -rf /opt/infradev-stubs/verl && cp -r $T/env/pystubs /opt/infradev-stubs/verl
   /tmp/nodebin/node --version
   python3 -c 'import sys, torch, numpy, pytest; print(sys.version.split()[0], "torch", torch.__version__, "numpy", numpy.__version__, "pytest", pytest.__version__)'
   /tmp/nodebin/node dist/cli/main.js tasks cache import $BUNDLE --url $URL --shallow $BASE
@@ -52,11 +55,11 @@ step setup 120 bash -c setup || { echo "setup failed:"; tail -20 "$OUT/setup.err
 if [ -z "${SKIP_CURATE:-}" ]; then
   ( step curate "$(( ${CURATE_S:-150} + 30 ))" node dist/cli/main.js curate --repo /tmp/verl.git --branch merge --only "$MERGE" \
       --run --sandbox none --python python3 --nproc 1 --test-timeout 120 --run-timeout "${CURATE_S:-150}" \
-      --env PYTHONPATH=/opt/infradev-stubs/verl --env VERL_FORCE_DEVICE=cpu --env OMP_NUM_THREADS=4 \
+      --pythonpath "$T/env/pystubs" --env VERL_FORCE_DEVICE=cpu --env OMP_NUM_THREADS=4 \
       --work /tmp/curate-verl --out "$OUT/curate.json" --json ) &
   PC=$!
 fi
-step check "${CHECK_S:-420}" node dist/cli/main.js task check verl-grpo-vectorized --sandbox none \
+step check "${CHECK_S:-420}" node dist/cli/main.js task check verl-grpo-vectorized --tasks-dir "$TASKS_DIR" --sandbox none \
   --out /tmp/infradev-check --calibration-dir /tmp/infradev-cal --jobs "${JOBS:-8}" \
   --mutants "${MUTANTS:-40}" --time-limit "${TIME_LIMIT_MIN:-4}" --html "$OUT/check.html" --json
 cp "$OUT/check.out" "$OUT/check-report.json" 2>/dev/null

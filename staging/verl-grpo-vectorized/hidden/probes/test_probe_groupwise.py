@@ -171,6 +171,25 @@ def test_integer_labels_keep_their_value():
 
 
 @pytest.mark.probe(promise="index-labels", kind="state")
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
+def test_every_integer_tensor_dtype_keeps_its_value(dtype):
+    """"integer and bool tensors" keep their value, whatever the integer dtype (int8 included)."""
+    vals = [17, 3, 17, 120, 3, 0, 99]
+    _check_index(torch.tensor(vals, dtype=dtype), vals, want_values=vals)
+    _check_index(torch.tensor(vals, dtype=dtype).reshape(7, 1), vals, want_values=vals)
+
+
+@pytest.mark.probe(promise="index-labels", kind="state")
+def test_numpy_object_array_mixing_strings_and_numbers_compares_as_strings():
+    """The trainer's index is a numpy array: one of dtype object that mixes strings and numbers is
+    "a list mixing strings and numbers": 5 and "5" share an id, "x" and 12 do not."""
+    labels = ["x", 5, "5", "y", "x", 12, "12", "y", 5]
+    as_str = [str(v) for v in labels]
+    _check_index(np.array(labels, dtype=object), as_str, contiguous=True)
+    _check_index(np.array(labels, dtype=object).reshape(3, 3), as_str, contiguous=True)
+
+
+@pytest.mark.probe(promise="index-labels", kind="state")
 def test_near_integer_floats_round():
     vals = [4.0000002, 4.0, 7.9999999, 8.0, 2.0]
     _check_index(np.array(vals), [4, 4, 8, 8, 2], want_values=[4, 4, 8, 8, 2])
@@ -193,6 +212,18 @@ def test_labels_of_other_tensor_dtypes_are_factorised():
     labels": factorised, equal ids exactly for equal labels."""
     labels = [1 + 1j, 2 + 0j, 1 + 1j, 0.5j, 2 + 0j]
     _check_index(torch.tensor(labels, dtype=torch.complex64), labels)
+
+
+@pytest.mark.probe(promise="device-policy", kind="state")
+def test_empty_ids_give_empty_results_on_the_requested_device():
+    """Empty gidx: three empty float32 tensors, on the device asked for ('meta': a second device on
+    any machine; no kernel has to run for an empty result)."""
+    _, group_mean_std = _gw()
+    for dev in ("meta", "cpu"):
+        out = group_mean_std(torch.empty(0), torch.empty(0, dtype=torch.long), device=dev)
+        assert len(out) == 3
+        for t in out:
+            assert t.device.type == dev and t.dtype == torch.float32 and tuple(t.shape) == (0,), (dev, t)
 
 
 @pytest.mark.probe(promise="device-policy", kind="state")
