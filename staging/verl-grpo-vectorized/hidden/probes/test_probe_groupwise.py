@@ -95,6 +95,19 @@ def test_a_single_group():
     _check(scores, torch.zeros(4, dtype=torch.long))
 
 
+@pytest.mark.probe(promise="group-stats", kind="numerical")
+def test_default_eps_is_1e_minus_6():
+    """Called without eps, the floor is the contract's default 1e-6: a group of variance 0.125 keeps
+    its std (a larger default floor would raise it)."""
+    _, group_mean_std = _gw()
+    scores = torch.tensor([1.0, 1.5, 3.0, 3.0, 3.0])
+    gidx = torch.tensor([0, 0, 1, 1, 1])
+    m, s, c = group_mean_std(scores, gidx, device="cpu")
+    rm, rs, rc = _reference(scores, gidx, 1e-6)
+    assert torch.allclose(s.double(), rs, rtol=1e-5, atol=1e-6), (s, rs)
+    assert s[0].item() == pytest.approx(0.125**0.5, rel=1e-5) and s[1].item() == pytest.approx(1e-3, rel=1e-3)
+
+
 @pytest.mark.probe(promise="group-stats", kind="condition")
 def test_length_mismatch_raises():
     _, group_mean_std = _gw()
