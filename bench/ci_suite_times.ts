@@ -5,12 +5,14 @@
  *
  *   npx tsx bench/ci_suite_times.ts [RUN]                    RUN: a suite-times JSON (default test-results/suite-times.json) or a verbose log
  *   npx tsx bench/ci_suite_times.ts OLD NEW [--renames REV]  old vs new per file; REV: a commit whose test renames map OLD's names to NEW's
+ *   npx tsx bench/ci_suite_times.ts RUN --weights FILE        also write RUN's per-file seconds as the start-order table
+ *                                                            (test/helpers/suite-weights.json, read by weighted-sequencer.ts)
  *
  * A verbose log gives each test's own time, not its file's hooks (a beforeAll that grades is left
  * out): such a file's figure is a lower bound, marked `≥`. The JSON has each file's wall time.
  */
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { suiteTable, type SuiteTime, type SuiteTimes } from "../test/helpers/suite-times.js";
 
@@ -63,7 +65,7 @@ function renamesOf(rev: string): Map<string, string> {
 
 const fmt = (s: number | undefined) => (s === undefined ? "—" : s >= 60 ? `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, "0")}s` : `${s.toFixed(1)}s`);
 
-const { values, positionals } = parseArgs({ allowPositionals: true, options: { renames: { type: "string" } } });
+const { values, positionals } = parseArgs({ allowPositionals: true, options: { renames: { type: "string" }, weights: { type: "string" } } });
 const inputs = positionals.length ? positionals : ["test-results/suite-times.json"];
 const renames = values.renames ? renamesOf(values.renames) : new Map<string, string>();
 /** A run under today's names (a log's project follows its file's folder). */
@@ -74,6 +76,11 @@ const renamed = (r: Run): Run => ({
 if (inputs.length === 1) {
   const run = renamed(readRun(inputs[0]!));
   const lines = suiteTable(run.times);
+  if (values.weights) {
+    if (run.lowerBound) throw new Error("--weights needs a suite-times JSON (a verbose log has no hook times)");
+    const seconds = Object.fromEntries(run.times.suites.map((s) => [s.file, Math.round(s.seconds * 10) / 10]));
+    writeFileSync(values.weights, `${JSON.stringify({ measured: `npm test, ${run.times.ended_at}, ${run.times.cores ?? "?"} cores`, seconds }, null, 1)}\n`);
+  }
   if (run.lowerBound) {
     lines[lines.length - 1] = `whole run ${fmt(run.duration)} (vitest's Duration line); per file: the tests' own times, hooks not included`;
   }

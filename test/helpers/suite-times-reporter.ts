@@ -8,14 +8,19 @@
  *   whole slow half (and every fast failure is still shown). INFRADEV_NO_FAIL_FAST=1 runs everything.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
-import { loadavg } from "node:os";
+import { cpus, loadavg } from "node:os";
 import { dirname, relative, resolve } from "node:path";
 import type { Reporter, TestModule, TestSpecification, Vitest } from "vitest/node";
 import { suiteTable, type SuiteTime } from "./suite-times.js";
 
+/** CPU seconds every core of the machine has spent busy since boot (user, nice, sys, irq: all but idle). */
+function machineBusySeconds(): number {
+  return cpus().reduce((n, c) => n + c.times.user + c.times.nice + c.times.sys + c.times.irq, 0) / 1000;
+}
+
 export default class SuiteTimesReporter implements Reporter {
   private vitest!: Vitest;
-  private readonly started = new Map<string, number>();
+  private readonly started = new Map<string, { wall: number; busy: number }>();
   private readonly suites: SuiteTime[] = [];
   private readonly runStart = Date.now();
   private readonly loadStart = loadavg()[0]!;
@@ -32,17 +37,17 @@ export default class SuiteTimesReporter implements Reporter {
   }
 
   onTestModuleStart(m: TestModule): void {
-    this.started.set(m.moduleId, Date.now());
+    this.started.set(m.moduleId, { wall: Date.now(), busy: machineBusySeconds() });
     // A slow file that starts anyway (a fast file that never reported its end) stops here.
     if (m.project.name === "slow") this.failFast();
   }
 
   onTestModuleEnd(m: TestModule): void {
-    const start = this.started.get(m.moduleId) ?? Date.now();
+    const start = this.started.get(m.moduleId) ?? { wall: Date.now(), busy: machineBusySeconds() };
     const tests = [...m.children.allTests()];
     const failed = tests.filter((t) => t.result().state === "failed").length;
     const file = relative(this.vitest.config.root, m.moduleId);
-    this.suites.push({ file, project: m.project.name, seconds: (Date.now() - start) / 1000, tests: tests.length, failed, skipped: tests.filter((t) => t.result().state === "skipped").length });
+    this.suites.push({ file, project: m.project.name, seconds: (Date.now() - start.wall) / 1000, started_s: (start.wall - this.runStart) / 1000, cpu_s: Math.round((machineBusySeconds() - start.busy) * 10) / 10, tests: tests.length, failed, skipped: tests.filter((t) => t.result().state === "skipped").length });
     if (m.project.name !== "fast") return;
     if (!this.fastFailed && (failed > 0 || m.state() === "failed")) this.fastFailed = file;
     if (--this.fastLeft <= 0) this.failFast();
@@ -58,7 +63,7 @@ export default class SuiteTimesReporter implements Reporter {
 
   onTestRunEnd(): void {
     if (!this.suites.length) return;
-    const times = { ended_at: new Date().toISOString(), wall_s: (Date.now() - this.runStart) / 1000, load: { start: this.loadStart, end: loadavg()[0]! }, suites: this.suites };
+    const times = { ended_at: new Date().toISOString(), wall_s: (Date.now() - this.runStart) / 1000, cores: cpus().length, load: { start: this.loadStart, end: loadavg()[0]! }, suites: this.suites };
     const file = resolve(this.vitest.config.root, process.env.INFRADEV_SUITE_TIMES ?? "test-results/suite-times.json");
     try {
       mkdirSync(dirname(file), { recursive: true });
