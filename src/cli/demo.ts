@@ -1,9 +1,11 @@
+import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { bundledTasksDir } from "../lib/paths.js";
 import { defaultResultsDir } from "../grader/grade/results-dir.js";
 import { addGraderOptions, graderSandboxFactoryFromFlags, progressOnStderr, requireDockerImage, type GraderCliOptions } from "./grade.js";
 import { clock } from "./progress-line.js";
+import { positiveInt } from "./task-check.js";
 
 export function registerDemoCommands(program: Command): void {
   const cmd = program
@@ -14,8 +16,11 @@ export function registerDemoCommands(program: Command): void {
     .option("--out <dir>", "results folder (complete results found there are reused; default <results dir>/demo, outside the package)", join(defaultResultsDir(), "demo"))
     .option("--full", "the whole matrix: every task runnable here, at every world size it is graded at, every adversarial patch (tens of minutes on 2 cores)")
     .option("--task <id>", "only this task (repeatable; default: quick, weight-sync-delta; --full, every task; one this machine cannot run is refused, exit 2)", (v: string, prev: string[] = []) => [...prev, v])
-    .option("--json", "print an array of { submission, result } on stdout");
-  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task?: string[]; full?: boolean }) => {
+    .option("--json", "print an array of { submission, result } on stdout")
+    // Two at once by default on a machine of 2+ cores: a grade keeps ~0.6 of 2 cores busy on its own
+    // (workspace, sandbox start, bookkeeping run one process at a time), so a second fills the gaps.
+    .option("--jobs <n>", "submissions graded at once, after gold's calibration (default: 2, or 1 on a 1-core machine)", positiveInt("--jobs"));
+  addGraderOptions(cmd).action(async (opts: GraderCliOptions & { task?: string[]; full?: boolean; jobs?: number }) => {
     const { demoExpectationFailures, demoJson, runDemo } = await import("../grader/check/demo-matrix.js");
     const { DEMO_LEGEND, DEMO_WIDTH, demoTable, wrapText } = await import("../grader/check/demo-table.js");
     const tasksRoot = opts.tasksDir ?? bundledTasksDir();
@@ -30,6 +35,7 @@ export function registerDemoCommands(program: Command): void {
         sandboxFactory: graderSandboxFactoryFromFlags(opts, [tasksRoot, opts.out, opts.calibrationDir]),
         taskIds: opts.task,
         scope: opts.full ? "full" : "quick",
+        jobs: opts.jobs ?? Math.min(2, availableParallelism()),
         skipRunnableCheck: opts.skipRunnableCheck,
         python: opts.python,
         sandbox: opts.sandbox,

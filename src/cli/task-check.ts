@@ -8,7 +8,7 @@ import { addGraderOptions, checkGraderRun, graderSandboxFactoryFromFlags, progre
 
 // The grader and the analysis helpers are imported inside the actions: `tasks list` stays light.
 
-function positiveInt(name: string) {
+export function positiveInt(name: string) {
   return (v: string): number => {
     if (!/^\d+$/.test(v) || Number(v) < 1) throw new UsageError(`${name}: expected an integer ≥ 1, got "${v}"`);
     return Number(v);

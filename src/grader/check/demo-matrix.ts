@@ -13,6 +13,7 @@ import { gradeSubmission } from "../grade/grade.js";
 import type { SandboxFactory } from "../grade/pipeline.js";
 import { gradedWorldSizes } from "../grade/sessions.js";
 import { acceptanceProblems, failingCases } from "./acceptance-rules.js";
+import { pool } from "./task-check.js";
 import type { Calibration, GradeResult } from "../grade/types.js";
 
 /**
@@ -111,6 +112,11 @@ export interface RunDemoOptions {
   /** Told what will be graded, once every check has passed and before anything runs. */
   onPlan?: (plans: readonly DemoPlan[]) => void;
   onProgress?: Progress;
+  /**
+   * Submissions of a task graded at once (default 1). Each grade is another submission's, in its own
+   * workspace and sandbox; gold's calibration comes first and alone. Rows keep the plan's order.
+   */
+  jobs?: number;
 }
 
 function promisesOf(cal: Calibration): Record<string, string> {
@@ -196,8 +202,10 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
     const handle = await calibrate({ task, cacheDir: opts.calibrationDir, sandboxFactory: opts.sandboxFactory, fingerprint, taskHash, worldSizes, onProgress: say });
     if (handle.cached) fresh = false;
     say(`${id}: gold calibration ${handle.cached ? "cached" : "done"} at world size(s) ${worldSizes.join(", ")}: ${handle.calibration.cases.length} cases, ${handle.calibration.flaky.length} flaky (${handle.file})`, "result");
-    for (const sub of submissions) {
-      const tag = `[${++started}/${total}] ${id}:${sub.name}`;
+    const first = started;
+    started += submissions.length;
+    const graded = await pool(submissions, opts.jobs ?? 1, async (sub, i) => {
+      const tag = `[${first + i + 1}/${total}] ${id}:${sub.name}`;
       const t0 = Date.now();
       const out = await gradeSubmission({
         task,
@@ -217,8 +225,9 @@ export async function runDemo(opts: RunDemoOptions): Promise<DemoReport> {
       if (out.reused) fresh = false;
       const took = out.reused ? "reused" : `${((Date.now() - t0) / 1000).toFixed(0)} s`;
       say(`${tag}: ${out.result.status}, Set A ${yesNo(out.result.official.resolved)}, Set B ${yesNo(out.result.with_probes.resolved)} (${took})`, "result");
-      rows.push({ ...sub, result: out.result, promises: promisesOf(handle.calibration) });
-    }
+      return { ...sub, result: out.result, promises: promisesOf(handle.calibration) };
+    });
+    rows.push(...graded);
   }
   return {
     rows,
