@@ -220,6 +220,17 @@ def test_mixed_labels_compare_as_strings_and_shapes_flatten():
 
 
 @pytest.mark.probe(promise="index-labels", kind="state")
+def test_a_zero_dim_label_array_gives_a_1d_tensor_of_one_id():
+    """"1-D ... one id per label (inputs of any shape are flattened)": a 0-d numpy array (shape ())
+    holds one label and gives ids of shape (1,), as a 0-d tensor does."""
+    _check_index(np.array(7), [7], want_values=[7])
+    _check_index(np.array(7, dtype=np.int32), [7], want_values=[7])
+    _check_index(np.array(3.0), [3], want_values=[3])
+    _check_index(np.array("prompt-0"), ["prompt-0"], contiguous=True)
+    _check_index(torch.tensor(5), [5], want_values=[5])
+
+
+@pytest.mark.probe(promise="index-labels", kind="state")
 def test_labels_of_other_tensor_dtypes_are_factorised():
     """A tensor of labels that are neither integers nor near-integer floats (complex) is "other
     labels": factorised, equal ids exactly for equal labels."""
