@@ -145,7 +145,9 @@ describe("grade-many", () => {
     let log = "";
     p.stderr!.on("data", (d) => (log += String(d)));
     const code = new Promise<number | null>((r) => p.on("exit", (c) => r(c)));
-    const running = () => (existsSync(join(dir, "jobs")) ? readdirSync(join(dir, "jobs")).filter((f) => !f.startsWith("calibrate--") && readJson<CampaignJobRecord>(join(dir, "jobs", f)).state === "running") : []);
+    // Job records only: writeJsonAtomic's `<id>.json.tmp<pid>` files beside them are half-written by design.
+    const records = () => readdirSync(join(dir, "jobs")).filter((f) => f.endsWith(".json") && !f.startsWith("calibrate--"));
+    const running = () => (existsSync(join(dir, "jobs")) ? records().filter((f) => readJson<CampaignJobRecord>(join(dir, "jobs", f)).state === "running") : []);
     // Gold's calibration (three runs, a cold cache of its own) comes first: minutes on a loaded machine.
     const deadline = Date.now() + 240_000;
     while (running().length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
@@ -153,7 +155,7 @@ describe("grade-many", () => {
     p.kill("SIGTERM");
     expect(await code).toBe(143);
     expect(log).toContain("SIGTERM: cancelling the running jobs");
-    const states = readdirSync(join(dir, "jobs")).filter((f) => !f.startsWith("calibrate--")).map((f) => [f.replace(/\.json$/, ""), readJson<CampaignJobRecord>(join(dir, "jobs", f)).state] as const);
+    const states = records().map((f) => [f.replace(/\.json$/, ""), readJson<CampaignJobRecord>(join(dir, "jobs", f)).state] as const);
     for (const [id, state] of states) expect(state === "done" ? existsSync(join(dir, "runs", id, "grade.json")) : state === "cancelled", `${id}: ${state}`).toBe(true);
     expect(states.some(([, s]) => s === "cancelled")).toBe(true);
     expect(processesUnder(dir)).toEqual([]);
