@@ -146,9 +146,16 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
     }
   }
 
-  /** The exit file's verdict must agree with what Slurm itself says (it is the fallback without sacct). */
-  function exitFileAgrees(job: JobSpec, id: string, st: JobStatus): void {
-    const rec = JSON.parse(readFileSync(exitFilePath(job), "utf8")) as ExitRecord;
+  /**
+   * The exit file's verdict must agree with what Slurm itself says (it is the fallback without sacct).
+   * A job that ended on its own wrote the file before it ended. A cancelled one may not have yet: slurmctld
+   * marks it CANCELLED at scancel, while the script writes the file only after its command has died of the
+   * SIGTERM. So this waits a while for the file; missing after that, it fails.
+   */
+  async function exitFileAgrees(job: JobSpec, id: string, st: JobStatus): Promise<void> {
+    const file = exitFilePath(job);
+    for (const end = Date.now() + 20_000; !existsSync(file) && Date.now() < end; ) await new Promise((r) => setTimeout(r, 200));
+    const rec = JSON.parse(readFileSync(file, "utf8")) as ExitRecord;
     expect(rec.job_id).toBe(id);
     expect(rec.limit_s).toBe(Math.ceil(job.timeLimitSec / 60) * 60); // as squeue named it at the start
     expect(stateFromExitRecord(rec).state).toBe(st.state);
@@ -167,7 +174,7 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
     expect(got.env).toBe("x,y=z $(no)");
     expect(got.cwd).toBe(cwd);
     for (const f of ["PWNED", "PWNED2", "PWNED3"]) expect(existsSync(join(cwd, f))).toBe(false);
-    exitFileAgrees(job, id, st);
+    await exitFileAgrees(job, id, st);
   }, 120_000);
 
   it.concurrent("a failing job is failed with its exit code; stdout and stderr land at the job's paths", async () => {
@@ -178,7 +185,7 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
     // After the engine's header line: the command's own output, and nothing of the other stream.
     expect(readFileSync(job.stdoutPath, "utf8")).toMatch(new RegExp(`^=== \\S+ slurm engine: job fails \\(${id}\\) on \\S+\nto-out\n$`));
     expect(readFileSync(job.stderrPath, "utf8")).toMatch(/^=== .*\nto-err\n$/);
-    exitFileAgrees(job, id, st);
+    await exitFileAgrees(job, id, st);
   }, 120_000);
 
   it.concurrent("status of a held job is queued, of a sleeping one running; scancel → cancelled; a live job is adopted, not doubled", async () => {
@@ -214,7 +221,7 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
     await engine.cancel(id);
     const st = await engine.wait(id);
     expect(st.state).toBe("cancelled");
-    exitFileAgrees(sleeper, id, st);
+    await exitFileAgrees(sleeper, id, st);
     await engine.cancel(id); // cancelling an ended job is not an error
   }, 120_000);
 });
