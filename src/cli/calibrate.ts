@@ -43,6 +43,7 @@ export function registerCalibrateCommands(program: Command): void {
     const lines = [
       `${task.id}: gold calibration ${handle.cached ? "(cached)" : `(${cal.runs} runs, ${cal.duration_s.toFixed(1)} s)`} at world size(s) ${cal.world_sizes.join(", ")}`,
       `  official: ${count("official")} cases, gold passes ${required("official")} in every run`,
+      ...(count("pass_to_pass") ? [`  pass-to-pass: ${count("pass_to_pass")} cases, gold passes ${required("pass_to_pass")} in every run`] : []),
       `  probes:   ${count("probe")} cases, gold passes ${required("probe")} in every run`,
       `  hardware: ${cal.fingerprint.cpu_model} ×${cal.fingerprint.cpu_count}${cal.fingerprint.gpus.length ? `, ${cal.fingerprint.gpus.join(", ")}` : ", no GPU"}, torch ${cal.fingerprint.torch}`,
       `  measured in: the ${cal.fingerprint.sandbox} sandbox, ${cal.fingerprint.python}`,

@@ -94,8 +94,9 @@ export function formatResult(r: GradeResult, resultPath: string, reverts: Revert
     `${r.task_id}: ${r.status}${r.apply_method ? ` (applied with ${r.apply_method})` : ""}${r.reason ? ` — ${reasonOnce(r)}` : ""}`,
     ...(r.world_sizes ? [`world sizes graded: ${r.world_sizes.join(", ")}`] : []),
     ...(r.partial ? [`stopped early after ${r.partial.stopped_after}; skipped: ${r.partial.skipped.join(", ")}`] : []),
-    set("Set A (official)", r.official),
+    set(r.pass_to_pass ? "Set A (official + p2p)" : "Set A (official)", r.official),
     set("Set B (with probes)", r.with_probes),
+    ...(r.pass_to_pass ? [set("  of which pass-to-pass", r.pass_to_pass)] : []),
   ];
   const evidence = r.tamper_evidence ?? [];
   if (evidence.length) {

@@ -10,7 +10,7 @@ export type AcceptanceKind = "golden" | "base" | "empty" | "hollow" | "hollow-ge
 export interface FailingCases {
   /** Probe cases gold passes (every calibration run) and this submission does not, with their promise. */
   probes: ReadonlyArray<{ id: string; promise: string | null }>;
-  /** Official cases gold passes and this submission does not. */
+  /** Official cases (the pass-to-pass suite among them: Set A) gold passes and this submission does not. */
   official: readonly string[];
 }
 
@@ -19,7 +19,7 @@ export function failingCases(result: GradeResult, promiseOf: (id: string) => str
   const failing = result.cases.filter((c) => c.label);
   return {
     probes: failing.filter((c) => c.suite === "probe").map((c) => ({ id: c.id, promise: promiseOf(c.id) })),
-    official: failing.filter((c) => c.suite === "official").map((c) => c.id),
+    official: failing.filter((c) => c.suite !== "probe").map((c) => c.id),
   };
 }
 
@@ -47,6 +47,8 @@ export function acceptanceProblems(kind: AcceptanceKind, result: GradeResult, fa
     case "base":
       // The base may pass weak official tests (a performance PR's often do); the probes must catch it.
       if (result.with_probes.resolved) out.push("the pre-PR base is resolved in Set B: the probes do not test what the PR changes");
+      // Pass-to-pass means passing before the PR too: a case the base fails belongs in official_tests (or a deselect).
+      if (result.pass_to_pass && result.pass_to_pass.resolved_strict === false) out.push(`the pre-PR base fails pass-to-pass case(s) gold passes (fail-to-pass: move them to official_tests, or deselect them with a reason): ${list(result.cases.filter((c) => c.suite === "pass_to_pass" && c.label).map((c) => c.id))}`);
       break;
     default:
       if (result.official.resolved || result.with_probes.resolved) out.push("resolved, but must not be");

@@ -360,7 +360,8 @@ async function calibrateGold({ task, opts, worldSizes, add, say }: CheckContext)
     else add("info", "gold", `probe ${s.id} skips itself at world size ${s.worldSize}: it applies at ${s.declared!.join(", ")} only`);
   }
   for (const c of cal.cases.filter((c) => c.outcomes.some((o) => o !== "passed" && o !== "skipped"))) {
-    add(c.suite === "probe" ? "error" : "warning", "gold", `gold does not pass ${c.id} in every run (${c.outcomes.join(", ")})${c.suite === "probe" ? ": a probe gold fails cannot tell right from wrong" : ""}`);
+    const why = c.suite === "probe" ? ": a probe gold fails cannot tell right from wrong" : c.suite === "pass_to_pass" ? ": a pass-to-pass case must pass (deselect it in pass_to_pass.deselect with a reason)" : "";
+    add(c.suite === "official" ? "warning" : "error", "gold", `gold does not pass ${c.id} in every run (${c.outcomes.join(", ")})${why}`);
   }
   if (!goldProbes.length) add("error", "gold", "gold ran no probe case");
 

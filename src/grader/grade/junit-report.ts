@@ -6,13 +6,13 @@ import type { CaseRecord, GradeResult, GradedCase, SessionResult, SetScore, Suit
 
 /**
  * `grade --junit F`: one grade as JUnit XML, for CI systems that show test reports. One <testsuite>
- * per grader suite (official, probe), one <testcase> per graded case. A case reads as passed only when
+ * per grader suite (official, probe; pass_to_pass when the task has one), one <testcase> per graded case. A case reads as passed only when
  * the grade counts it passed: a tampered grade scores 0, so its passing cases are failures too, and a
  * harness fault (not scored) makes every case an <error>. The XML is built with xmlbuilder2 (escaping
  * and invalid characters are its job: a test's message is the submission's text).
  */
 
-export const JUNIT_SUITES: readonly Suite[] = ["official", "probe"];
+export const JUNIT_SUITES: readonly Suite[] = ["official", "pass_to_pass", "probe"];
 
 /** What one case becomes in the report (pure; also what the tests compare the parsed XML with). */
 export interface JunitCase {
@@ -76,7 +76,8 @@ function verdictOf(r: GradeResult, c: GradedCase, message: string | undefined): 
 /** The report's content (pure): suites in JUNIT_SUITES order, cases in the result's order. */
 export function junitSuites(r: GradeResult, sessions: ReturnType<typeof sessionCases>): JunitSuite[] {
   const oneWorldSize = r.world_sizes?.length === 1 ? r.world_sizes[0] : undefined;
-  return JUNIT_SUITES.map((suite) => ({
+  // pass_to_pass only when the task has that suite (a task without one keeps its two testsuites).
+  return JUNIT_SUITES.filter((suite) => suite !== "pass_to_pass" || r.pass_to_pass).map((suite) => ({
     name: suite,
     properties: [
       ["task", r.task_id],
@@ -85,6 +86,7 @@ export function junitSuites(r: GradeResult, sessions: ReturnType<typeof sessionC
       ...(r.world_sizes ? [["world_sizes", r.world_sizes.join(",")] as [string, string]] : []),
       ...setProperties("set_a", r.official),
       ...setProperties("set_b", r.with_probes),
+      ...(r.pass_to_pass ? setProperties("pass_to_pass", r.pass_to_pass) : []),
     ],
     cases: r.cases
       .filter((c) => c.suite === suite)

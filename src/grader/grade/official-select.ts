@@ -40,23 +40,27 @@ export function installedIdOf(map: InstallMap, real: string): string | null {
   return out.join("::");
 }
 
-export function officialSelection(spec: Pick<TaskSpec, "official_tests" | "id">, map: InstallMap): OfficialSelection | null {
+export function officialSelection(spec: Pick<TaskSpec, "official_tests" | "pass_to_pass" | "id">, map: InstallMap): OfficialSelection | null {
   const sel = spec.official_tests;
   if (!sel) return null;
   const fileOf = (real: string) => Object.entries(map.files).find(([, f]) => f.suite === "official" && f.real === real)?.[0];
-  let paths: string[] | null = null;
-  if (sel.paths) {
-    paths = sel.paths.map((p) => {
+  const installed = (field: string, list: readonly string[]) =>
+    list.map((p) => {
       const inst = fileOf(p);
-      if (!inst) throw new TaskError(`task ${spec.id}: task.yaml: official_tests.paths: "${p}" is not a test module of the post-PR tests`);
+      if (!inst) throw new TaskError(`task ${spec.id}: task.yaml: ${field}: "${p}" is not a test module of the post-PR tests`);
       return inst;
     });
-  }
-  const options = sel.deselect.map((d) => {
-    const inst = installedIdOf(map, d.id);
-    if (!inst) throw new TaskError(`task ${spec.id}: task.yaml: official_tests.deselect: "${d.id}" names no module of the post-PR tests`);
-    return `--deselect=${inst}`;
-  });
+  const deselected = (field: string, list: ReadonlyArray<{ id: string }>) =>
+    list.map((d) => {
+      const inst = installedIdOf(map, d.id);
+      if (!inst) throw new TaskError(`task ${spec.id}: task.yaml: ${field}: "${d.id}" names no module of the post-PR tests`);
+      return `--deselect=${inst}`;
+    });
+  // The pass-to-pass modules run in the same sessions as the PR's own (their cases are told apart by
+  // their real module afterwards: sessions.ts mapSession): one launcher start-up, not two.
+  const p2p = spec.pass_to_pass;
+  const paths: string[] | null = sel.paths ? [...installed("official_tests.paths", sel.paths), ...installed("pass_to_pass.paths", p2p?.paths ?? [])] : null;
+  const options = [...deselected("official_tests.deselect", sel.deselect), ...deselected("pass_to_pass.deselect", p2p?.deselect ?? [])];
   if (paths === null) return { paths: [], options, canaries: () => true };
   const canaryFiles = Object.entries(map.files)
     .filter(([, f]) => f.suite === "canary" && !f.real.includes("/probe/"))

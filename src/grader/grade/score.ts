@@ -82,7 +82,9 @@ export function unscoredSet(gold: readonly GoldView[]): SetScore {
 export type SkippedSession = PartialRun["skipped_sessions"][number];
 
 function inSkipped(g: GoldView, skipped: readonly SkippedSession[]): boolean {
-  return skipped.some((s) => s.suite === g.suite && g.id.startsWith(s.idPrefix));
+  // Pass-to-pass cases run in the official sessions.
+  const session: Suite = g.suite === "pass_to_pass" ? "official" : g.suite;
+  return skipped.some((s) => s.suite === session && g.id.startsWith(s.idPrefix));
 }
 
 /** Per-case report over gold's cases, with a failure label where gold reliably passes and the submission does not. */
@@ -127,19 +129,27 @@ function unresolved(s: SetScore): SetScore {
 
 /** The whole result from gold and the submission's outcome. Top-level numbers are Set B's. */
 export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcome): GradeResult {
-  const official = gold.filter((g) => g.suite === "official");
+  // Set A: the PR's own tests and the pass-to-pass suite (a patch that breaks what passed before is
+  // not resolved, whatever the new tests say); Set B adds the probes.
+  const official = gold.filter((g) => g.suite !== "probe");
+  const passToPass = gold.filter((g) => g.suite === "pass_to_pass");
   let setA: SetScore;
   let setB: SetScore;
+  let setP2p: SetScore;
   let cases: GradedCase[];
   if (run.status === "graded") {
     const sub = new Map((run.cases ?? []).map((c) => [c.id, c]));
     setA = scoreSet(official, sub);
     setB = scoreSet(gold, sub);
+    setP2p = scoreSet(passToPass, sub);
     cases = gradeCases(gold, sub, run.collection_errors ?? [], run.lost_prefixes ?? [], run.partial?.skipped_sessions ?? []);
     if (run.partial) {
-      // Official sessions all come before the probe sessions (sessions.ts): a stop in an official
-      // session leaves Set A incomplete; any stop leaves Set B incomplete.
-      if (run.partial.stopped_suite === "official") setA = unresolved(setA);
+      // Official sessions (the pass-to-pass modules among them) all come before the probe sessions
+      // (sessions.ts): a stop in an official session leaves Set A incomplete; any stop leaves Set B incomplete.
+      if (run.partial.stopped_suite === "official") {
+        setA = unresolved(setA);
+        setP2p = unresolved(setP2p);
+      }
       setB = unresolved(setB);
     }
   } else if (run.status === "tampered") {
@@ -147,11 +157,13 @@ export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcom
     const sub = new Map((run.cases ?? []).map((c) => [c.id, c]));
     setA = zeroSet(official);
     setB = zeroSet(gold);
+    setP2p = zeroSet(passToPass);
     cases = gold.map((g) => ({ id: g.id, suite: g.suite, outcome: sub.get(g.id)?.outcome ?? "failed" }));
   } else {
     const set = run.status === "harness_fault" ? unscoredSet : zeroSet;
     setA = set(official);
     setB = set(gold);
+    setP2p = set(passToPass);
     cases = gold.map((g) => ({ id: g.id, suite: g.suite, outcome: "not_run" as const }));
   }
   return {
@@ -167,6 +179,7 @@ export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcom
     resolved_strict: setB.resolved_strict,
     official: setA,
     with_probes: setB,
+    ...(passToPass.length ? { pass_to_pass: setP2p } : {}),
     tamper_evidence: run.status === "tampered" ? [...(run.tamper_evidence ?? [])] : [],
     cases,
     ...(run.world_sizes ? { world_sizes: [...run.world_sizes] } : {}),

@@ -209,14 +209,19 @@ export function collectionErrors(launch: LaunchSummary | null, idPrefix: string,
   });
 }
 
-/** What one session's ranks reported, in real ids: scored cases, canaries apart, strangers counted. */
-export function mapSession(map: InstallMap, cases: readonly MergedCase[], idPrefix: string, launchStatus: string | null | undefined, say: (s: string) => string): CaseRecord[] {
+/**
+ * What one session's ranks reported, in real ids: scored cases, canaries apart, strangers counted.
+ * `passToPass`: the real modules of task.yaml's pass_to_pass; an official case of one of them is of
+ * that suite (they share the official sessions; the install map knows only official and probe).
+ */
+export function mapSession(map: InstallMap, cases: readonly MergedCase[], idPrefix: string, launchStatus: string | null | undefined, say: (s: string) => string, passToPass: ReadonlySet<string> = new Set()): CaseRecord[] {
   const out: CaseRecord[] = [];
   for (const c of cases) {
     const real = mapCaseId(map, c.id);
     // Canaries are never scored; ids that were never installed are tamper evidence (tamper.ts).
     if (!real || real.suite === "canary") continue;
-    out.push(caseRecord(c, idPrefix, launchStatus, { id: real.id, suite: real.suite, ...(real.probe ? { probe: real.probe } : {}) }, say));
+    const suite: Suite = real.suite === "official" && passToPass.has(real.id.split("::")[0]!) ? "pass_to_pass" : real.suite;
+    out.push(caseRecord(c, idPrefix, launchStatus, { id: real.id, suite, ...(real.probe ? { probe: real.probe } : {}) }, say));
   }
   return out;
 }
@@ -370,7 +375,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       session: plan.name,
       ranks: plan.ranks,
       file: name,
-      cases: lostRecords ? [] : mapSession(staged.map, ran, plan.idPrefix, r.launch?.status, say),
+      cases: lostRecords ? [] : mapSession(staged.map, ran, plan.idPrefix, r.launch?.status, say, new Set(spec.pass_to_pass?.paths ?? [])),
       collection_errors: lostRecords ? [] : collectionErrors(r.launch, plan.idPrefix, say),
       launch_status: r.launch?.status ?? null,
       canaries: plan.canaries.map((c) => ({ id: c.real, expected: c.expected, ranks: canaryCases.find((m) => m.id === c.installed)?.ranks.map((rc) => rc.outcome) ?? [] })),

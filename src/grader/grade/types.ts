@@ -8,7 +8,11 @@ import type { ProbeMarker } from "../../runner/merge.js";
  * resumes from the files.
  */
 
-export type Suite = "official" | "probe";
+/**
+ * official: the PR's own tests (post-PR); pass_to_pass: the repository's other tests the task holds a
+ * patch to (task.yaml pass_to_pass, run in the official sessions); probe: the hidden probes.
+ */
+export type Suite = "official" | "pass_to_pass" | "probe";
 
 /** How a submission's run ended, kept apart from its score. */
 export const GRADE_STATUSES = ["graded", "missing_patch", "empty_patch", "inapplicable", "harness_fault", "tampered"] as const;
@@ -201,6 +205,11 @@ export interface GradeResult {
   resolved_strict: boolean | null;
   official: SetScore;
   with_probes: SetScore;
+  /**
+   * The pass-to-pass suite alone (task.yaml pass_to_pass), when the task has one: reported apart; its
+   * cases are in `official` (Set A) and `with_probes` (Set B) too.
+   */
+  pass_to_pass?: SetScore;
   /**
    * Why the run is `tampered`: canaries with the wrong outcome, staged test files changed, a rank's
    * records disagreeing, tests reported that were never installed. Empty otherwise.

@@ -14,7 +14,7 @@ import { type TaskSpec, TaskSpecSchema } from "./schema.js";
  * that server/ and tools/ may not import (.dependency-cruiser.cjs).
  */
 
-export type PublicSpec = Omit<TaskSpec, "hidden" | "world_sizes" | "official_tests">;
+export type PublicSpec = Omit<TaskSpec, "hidden" | "world_sizes" | "official_tests" | "pass_to_pass">;
 
 export interface PublicTask {
   readonly id: string;
@@ -88,6 +88,14 @@ export function loadTaskSpec(taskDir: string, label = `${taskDir}/task.yaml`): T
     if (field !== "dir" && !within(hiddenDir, resolve(taskDir, p))) {
       throw new TaskError(`${label}: hidden.${field}: must lie inside hidden.dir "${spec.hidden.dir}", got "${p}"`);
     }
+  }
+  if (spec.pass_to_pass) {
+    const official = spec.official_tests?.paths;
+    if (!official) throw new TaskError(`${label}: pass_to_pass: needs official_tests.paths (without it every module of the test dirs is official already)`);
+    const both = spec.pass_to_pass.paths.filter((p) => official.includes(p));
+    if (both.length) throw new TaskError(`${label}: pass_to_pass.paths: "${both[0]}" is in official_tests.paths too (a module is one or the other)`);
+    const bad = spec.pass_to_pass.deselect.find((d) => !spec.pass_to_pass!.paths.includes(d.id.split("::")[0]!));
+    if (bad) throw new TaskError(`${label}: pass_to_pass.deselect: "${bad.id}" is not in a module of pass_to_pass.paths`);
   }
   if (spec.source.kind === "dir") {
     const src = resolve(taskDir, spec.source.path);
@@ -183,7 +191,8 @@ export function loadPublicTask(idOrPath: string, tasksRoot = bundledTasksDir()):
   }
   // world_sizes is the grader's: which world sizes a patch is checked at is not the agent's to read.
   // official_tests names the post-PR test modules (new files among them): the grader's too.
-  const { hidden: _hidden, world_sizes: _worldSizes, official_tests: _officialTests, ...rest } = spec;
+  // pass_to_pass likewise (which of the repository's own tests are held against a patch).
+  const { hidden: _hidden, world_sizes: _worldSizes, official_tests: _officialTests, pass_to_pass: _passToPass, ...rest } = spec;
   // The post-PR commit of a git source names where the answer is: not part of the public view.
   const publicSpec = spec.source.kind === "git" ? { ...rest, source: { kind: "git" as const, url: spec.source.url, base: spec.source.base } } : rest;
   const pythonPath = taskPythonPath(taskDir, spec, label);

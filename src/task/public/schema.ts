@@ -74,6 +74,27 @@ export const TaskSpecSchema = z.strictObject({
         .default([]),
     })
     .optional(),
+  /**
+   * The repository's other tests that must keep passing (SWE-bench's PASS_TO_PASS): modules of the
+   * post-PR test dirs beside the PR's own, which a patch could break by changing code the PR did not
+   * touch. They run in the official sessions (no extra launcher start-up) and are scored as their own
+   * suite (`pass_to_pass`), counted in Set A and Set B and reported apart. Needs official_tests.paths
+   * (with every test of the test dirs official there would be nothing left to name); no module may be
+   * in both lists (loader.ts checks). Grader-only, as official_tests is.
+   */
+  pass_to_pass: z
+    .strictObject({
+      paths: z.array(relPath.refine((p) => p.endsWith(".py"), "expected a test module (a .py file)")).min(1),
+      deselect: z
+        .array(
+          z.strictObject({
+            id: z.string().regex(/^[^:\s]+\.py::\S+$/, "expected a pytest case id <file.py>::<name>[params]"),
+            reason: z.string().min(10, "expected a reason of at least 10 characters"),
+          }),
+        )
+        .default([]),
+    })
+    .optional(),
   timeout_sec: z.number().positive().max(86_400).describe("per test"),
   run_timeout_sec: z.number().positive().max(7 * 86_400).default(1800),
   modes: z.record(z.string().regex(/^[a-z0-9_-]+$/, "expected a mode name of [a-z0-9_-]"), z.record(envVarName, z.string())).default({ default: {} }),
