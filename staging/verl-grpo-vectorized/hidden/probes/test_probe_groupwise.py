@@ -96,6 +96,18 @@ def test_a_single_group():
 
 
 @pytest.mark.probe(promise="group-stats", kind="numerical")
+def test_a_single_position():
+    """One score with id 3: G = max(gidx) + 1 = 4, three unused ids and a singleton (mean 0, std 1,
+    counts 0, 0, 0, 1); only an empty gidx gives empty results."""
+    _, group_mean_std = _gw()
+    m, s, c = group_mean_std(torch.tensor([2.5]), torch.tensor([3]), device="cpu")
+    for t in (m, s, c):
+        assert t.dtype == torch.float32 and tuple(t.shape) == (4,), (m, s, c)
+    assert c.tolist() == [0.0, 0.0, 0.0, 1.0] and m.tolist() == [0.0] * 4 and s.tolist() == [1.0] * 4
+    _check(torch.tensor([-1.0]), torch.tensor([0]))
+
+
+@pytest.mark.probe(promise="group-stats", kind="numerical")
 def test_default_eps_is_1e_minus_6():
     """Called without eps, the floor is the contract's default 1e-6: a group of variance 0.125 keeps
     its std (a larger default floor would raise it)."""
@@ -210,6 +222,15 @@ def test_near_integer_floats_round():
 
 
 @pytest.mark.probe(promise="index-labels", kind="state")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_float_tensors_of_every_precision_round(dtype):
+    """Float label tensors of any float dtype (half precision included) hold near-integer labels that
+    keep their value."""
+    vals = [4.0, 2.0, 4.0, 0.0, 7.0, -3.0]
+    _check_index(torch.tensor(vals, dtype=dtype), vals, want_values=[int(v) for v in vals])
+
+
+@pytest.mark.probe(promise="index-labels", kind="state")
 def test_mixed_labels_compare_as_strings_and_shapes_flatten():
     labels = ["x", 5, "5", "y", "x", 5.5]
     as_str = [str(v) for v in labels]
@@ -238,6 +259,16 @@ def test_labels_of_other_tensor_dtypes_are_factorised():
     _check_index(torch.tensor(labels, dtype=torch.complex64), labels)
 
 
+@pytest.mark.probe(promise="index-labels", kind="state")
+def test_complex_labels_differing_in_the_fifth_decimal_get_different_ids():
+    """"Same id exactly when their labels are equal": complex labels 1.99999+1j and 2.00001+1j are not
+    equal (they differ past the four decimals torch prints), so they get two ids. (They straddle 2 on
+    purpose: the alternative two-pass-scatter truncates complex labels to int64; README.md.)"""
+    labels = [1.99999 + 1j, 2.00001 + 1j, 1.99999 + 1j, 2.00001 + 1j, 2.00001 + 1j]
+    as_c64 = torch.tensor(labels, dtype=torch.complex64)
+    _check_index(as_c64, as_c64.tolist())
+
+
 @pytest.mark.probe(promise="device-policy", kind="state")
 def test_empty_ids_give_empty_results_on_the_requested_device():
     """Empty gidx: three empty float32 tensors, on the device asked for ('meta': a second device on
@@ -264,3 +295,34 @@ def test_device_policy(monkeypatch):
     monkeypatch.delenv("VERL_FORCE_DEVICE")
     assert as_torch_index(["a", "b"]).device.type == "cpu"  # pytest sets PYTEST_CURRENT_TEST
     assert all(t.device.type == "cpu" for t in group_mean_std(torch.tensor([1.0, 3.0]), torch.tensor([0, 0])))
+
+
+@pytest.mark.probe(promise="device-policy", kind="state")
+def test_integer_strings_and_object_arrays_land_on_the_device(monkeypatch):
+    """Integer strings and object arrays of integers keep their value (as in test_integer_labels_keep_their_value)
+    and, like every other label, land on the explicit device, else on VERL_FORCE_DEVICE's ('meta')."""
+    as_torch_index, _ = _gw()
+    labels = (["7", "3", "7"], ("12", "4"), np.array(["7", "3"]), np.array([5, 2, 5], dtype=object))
+    for lab in labels:
+        assert as_torch_index(lab, device="meta").device.type == "meta", lab
+    monkeypatch.setenv("VERL_FORCE_DEVICE", "meta")
+    for lab in labels:
+        ids = as_torch_index(lab)
+        assert ids.device.type == "meta" and ids.dtype == torch.long and ids.dim() == 1, (lab, ids)
+        assert as_torch_index(lab, device="cpu").device.type == "cpu", lab
+
+
+@pytest.mark.probe(promise="exports", kind="state")
+def test_both_helpers_are_exported_and_listed_in_all():
+    """The interface contract: verl/utils/groupwise.py has __all__ = ["as_torch_index", "group_mean_std"];
+    verl.utils re-exports both names and lists them in its __all__."""
+    import verl.utils
+    import verl.utils.groupwise as gw
+
+    for name in ("as_torch_index", "group_mean_std"):
+        assert name in gw.__all__, (name, getattr(gw, "__all__", None))
+        assert name in verl.utils.__all__, name
+        assert getattr(verl.utils, name) is getattr(gw, name)
+    star = {}
+    exec("from verl.utils.groupwise import *", star)
+    assert star["as_torch_index"] is gw.as_torch_index and star["group_mean_std"] is gw.group_mean_std

@@ -117,6 +117,14 @@ def test_singleton_advantage_is_score_over_one_plus_eps():
     assert torch.allclose(adv, want.unsqueeze(-1).expand(3, 2), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.probe(promise="matches-grpo", kind="numerical")
+@pytest.mark.parametrize("norm", [True, False], ids=["std", "no-std"])
+def test_a_batch_of_one_response(norm):
+    """bs = 1: one prompt with one response, a singleton group (mean 0, std 1, as in "grpo")."""
+    tok, mask, index = _batch([1], 6, 4, labels="uuid", rewards="normal")
+    _compare(tok, mask, index, norm_adv_by_std_in_grpo=norm)
+
+
 @pytest.mark.probe(promise="registered-name", kind="state")
 def test_registered_under_its_name():
     core = _core()
