@@ -262,9 +262,12 @@ def test_labels_of_other_tensor_dtypes_are_factorised():
 @pytest.mark.probe(promise="index-labels", kind="state")
 def test_complex_labels_differing_in_the_fifth_decimal_get_different_ids():
     """"Same id exactly when their labels are equal": complex labels 1.99999+1j and 2.00001+1j are not
-    equal (they differ past the four decimals torch prints), so they get two ids. (They straddle 2 on
-    purpose: the alternative two-pass-scatter truncates complex labels to int64; README.md.)"""
+    equal (they differ past the four decimals torch prints), so they get two ids; nor are labels that
+    differ only in the imaginary part (1+1j, 1+2j) or only past the integer part (1.2, 1.4)."""
     labels = [1.99999 + 1j, 2.00001 + 1j, 1.99999 + 1j, 2.00001 + 1j, 2.00001 + 1j]
+    as_c64 = torch.tensor(labels, dtype=torch.complex64)
+    _check_index(as_c64, as_c64.tolist())
+    labels = [1 + 1j, 1 + 2j, 1 + 1j, 1.2 + 0j, 1.4 + 0j, 1 + 2j, 1.4 + 0j]
     as_c64 = torch.tensor(labels, dtype=torch.complex64)
     _check_index(as_c64, as_c64.tolist())
 
