@@ -129,4 +129,28 @@ describe("a git-sourced task from the cache", () => {
       process.env.INFRADEV_GIT_CACHE = join(scratch, "cache");
     }
   });
+
+  it("a task that carries its upstream bundle (hidden/upstream/) seeds an empty cache itself, shallow at base, and builds its workspace offline", async () => {
+    // verl-grpo-vectorized keeps verl#3635's commits in hidden/upstream/verl-grpo-vectorized.bundle.
+    process.env.INFRADEV_GIT_CACHE = join(scratch, "self-seeded");
+    try {
+      const task = loadGraderTask("verl-grpo-vectorized");
+      const src = task.fullSpec.source as { url: string; base: string; merge: string };
+      expect(existsSync(mirrorDirFor(src.url))).toBe(false);
+      const golden = readFileSync(task.hidden.goldenPatch, "utf8");
+      expect(golden).toMatch(/^diff --git a\/verl\/utils\/groupwise\.py b\/verl\/utils\/groupwise\.py$/m);
+      expect(golden).not.toMatch(/^diff --git a\/tests\//m); // the tests stay out of golden
+      expect(existsSync(join(task.hidden.testsDir, "tests", "utils", "test_groupwise.py"))).toBe(true);
+      const mirror = mirrorDirFor(src.url);
+      expect(readFileSync(join(mirror, "shallow"), "utf8").trim()).toBe(src.base);
+      // The agent's side needs only base: its workspace comes from the same mirror, with nothing of merge.
+      const ws = join(scratch, "verl-ws");
+      await createSnapshot(loadPublicTask("verl-grpo-vectorized"), ws);
+      expect(git(ws, ["rev-parse", "HEAD"]).trim()).toBe(src.base);
+      expect(gitOk(ws, ["cat-file", "-e", src.merge])).toBe(false);
+      expect(existsSync(join(ws, "verl", "utils", "groupwise.py"))).toBe(false);
+    } finally {
+      process.env.INFRADEV_GIT_CACHE = join(scratch, "cache");
+    }
+  });
 });

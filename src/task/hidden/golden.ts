@@ -4,10 +4,10 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { execFileSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { gitCacheDir } from "../../lib/paths.js";
-import { gitSync, mirrorDirFor, mirrorHasCommit, mirrorListFiles } from "../public/snapshot.js";
+import { gitSync, importBundleSync, mirrorDirFor, mirrorHasCommit, mirrorListFiles } from "../public/snapshot.js";
 
 export interface DerivedGitParts {
   /** The golden patch: `git diff base merge` outside the test dirs. */
@@ -22,9 +22,20 @@ export interface DerivedGitParts {
  * PR's diff minus everything under the test dirs, the tests are merge's test dirs. Written once per
  * (url, base, merge, test dirs) under the cache, atomically (temporary folder, then rename).
  */
-export function deriveGitParts(source: { url: string; base: string; merge: string }, testDirs: string[], label: string): DerivedGitParts {
+export function deriveGitParts(source: { url: string; base: string; merge: string }, testDirs: string[], label: string, opts: { upstreamDir?: string } = {}): DerivedGitParts {
   const mirror = mirrorDirFor(source.url);
   const how = `seed the cache with \`infradev tasks cache import <bundle> --url ${source.url}\` (INFRADEV_GIT_CACHE moves it) or let a grade clone it`;
+  // A task that carries its upstream commits (hidden/upstream/*.bundle, as `task new` writes them, cut
+  // below base) seeds the cache itself: it then grades offline on a fresh machine with no step by hand.
+  if (opts.upstreamDir && existsSync(opts.upstreamDir) && !(mirrorHasCommit(source.url, source.base) && mirrorHasCommit(source.url, source.merge))) {
+    for (const f of readdirSync(opts.upstreamDir).filter((n) => n.endsWith(".bundle")).sort()) {
+      try {
+        importBundleSync(join(opts.upstreamDir, f), source.url, { shallow: source.base });
+      } catch (e) {
+        throw new Error(`${label}: seeding the git cache from ${join(opts.upstreamDir, f)} failed: ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
+  }
   for (const [field, sha] of [["base", source.base], ["merge", source.merge]] as const) {
     if (!mirrorHasCommit(source.url, sha)) throw new Error(`${label}: source.${field}: commit ${sha} is not in the git cache (${mirror}): ${how}`);
   }

@@ -88,7 +88,7 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
   const deriveGolden = canDerive && !existsSync(resolve(taskDir, spec.hidden.golden_patch));
   const deriveTests = canDerive && !existsSync(resolve(taskDir, spec.hidden.tests));
   let derivedOnce: DerivedGitParts | null = null;
-  const derived = () => (derivedOnce ??= derivedParts(spec, pub.label));
+  const derived = () => (derivedOnce ??= derivedParts(spec, pub.label, taskDir));
   const goldenPatch = deriveGolden ? "" : need("golden_patch", "file");
   const testsDir = deriveTests ? "" : need("tests", "dir");
   const probesDir = need("probes", "dir");
@@ -154,10 +154,10 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
   return { ...pub, taskDir, fullSpec: spec, hidden };
 }
 
-function derivedParts(spec: TaskSpec, label: string): DerivedGitParts {
+function derivedParts(spec: TaskSpec, label: string, taskDir: string): DerivedGitParts {
   const src = spec.source as GitSource & { merge: string };
   try {
-    return deriveGitParts({ url: src.url, base: src.base, merge: src.merge }, spec.test_dirs, label);
+    return deriveGitParts({ url: src.url, base: src.base, merge: src.merge }, spec.test_dirs, label, { upstreamDir: resolve(taskDir, spec.hidden.dir, "upstream") });
   } catch (e) {
     throw new TaskError(e instanceof Error ? e.message : String(e));
   }

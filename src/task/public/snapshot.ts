@@ -152,6 +152,14 @@ const SHA = /^[0-9a-f]{40}$/;
  * renamed into place, as a clone is.
  */
 export async function importBundle(bundle: string, url: string, opts: { shallow?: string | string[] } = {}): Promise<BundleImport> {
+  return importBundleSync(bundle, url, opts);
+}
+
+/**
+ * importBundle, synchronously (plain git): the grader's task loader seeds the cache from a task's own
+ * bundle with it (task/hidden/golden.ts), and that loader is synchronous.
+ */
+export function importBundleSync(bundle: string, url: string, opts: { shallow?: string | string[] } = {}): BundleImport {
   if (!existsSync(bundle)) throw new Error(`bundle ${bundle}: no such file`);
   // A bundle of a two-parent merge cut at depth 1 has two boundaries: base and merge.
   const boundaries = opts.shallow === undefined ? [] : Array.isArray(opts.shallow) ? opts.shallow : [opts.shallow];
@@ -161,12 +169,13 @@ export async function importBundle(bundle: string, url: string, opts: { shallow?
   const dir = mirrorDirFor(url);
   const created = !existsSync(dir);
   const target = created ? `${dir}.tmp-${process.pid}-${randomBytes(4).toString("hex")}` : dir;
+  const run = (args: string[]) => execFileSync("git", [...GIT_ENV_CONFIG.flatMap((c) => ["-c", c]), ...args], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], maxBuffer: 64 * 1024 * 1024 });
   try {
     if (created) {
-      await simpleGit({ config: GIT_ENV_CONFIG }).raw(["init", "--bare", "--quiet", target]);
-      await simpleGit({ baseDir: target }).raw(["config", "uploadpack.allowAnySHA1InWant", "true"]);
+      run(["init", "--bare", "--quiet", target]);
+      run(["-C", target, "config", "uploadpack.allowAnySHA1InWant", "true"]);
       // What `clone --mirror` would have set: the URL stays the origin, for a later online fetch.
-      await simpleGit({ baseDir: target }).raw(["remote", "add", "--mirror=fetch", "origin", url]);
+      run(["-C", target, "remote", "add", "--mirror=fetch", "origin", url]);
     }
     if (boundaries.length) {
       const f = join(target, "shallow");
@@ -174,14 +183,22 @@ export async function importBundle(bundle: string, url: string, opts: { shallow?
       const add = boundaries.filter((b) => !have.includes(b));
       if (add.length) writeFileSync(f, `${[...have, ...add].join("\n")}\n`);
     }
-    const g = simpleGit({ baseDir: target, config: GIT_ENV_CONFIG });
-    const heads = (await g.raw(["bundle", "list-heads", bundle])).split("\n").filter(Boolean);
-    await g.raw(["fetch", "--quiet", "--no-write-fetch-head", bundle, "+refs/*:refs/*"]);
-    if (created) renameSync(target, dir);
+    const heads = run(["-C", target, "bundle", "list-heads", bundle]).split("\n").filter(Boolean);
+    run(["-C", target, "fetch", "--quiet", "--no-write-fetch-head", bundle, "+refs/*:refs/*"]);
+    if (created) {
+      try {
+        renameSync(target, dir);
+      } catch (e) {
+        // Another process seeded the same mirror meanwhile: theirs stands, this copy goes.
+        if (!existsSync(dir)) throw e;
+        rmSync(target, { recursive: true, force: true });
+      }
+    }
     return { mirror: dir, created, refs: heads, shallow: boundaries.length ? boundaries.join(" ") : null };
   } catch (e) {
     if (created) rmSync(target, { recursive: true, force: true });
-    const msg = e instanceof Error ? e.message.trim() : String(e);
+    const err = e as Error & { stderr?: string };
+    const msg = `${err.stderr || err.message || String(e)}`.trim();
     const hint = /shallow|did not send all necessary objects|missing|bad object/i.test(msg) && !boundaries.length ? " (a bundle cut below its first commit needs --shallow <that commit>)" : "";
     throw new Error(`bundle ${bundle}: import into ${dir} failed: ${msg.split("\n")[0]}${hint}`);
   }

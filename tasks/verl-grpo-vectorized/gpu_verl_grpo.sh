@@ -5,16 +5,16 @@
 # The task's tests are CPU tests; the H200 image is used for its Python (torch 2.11, pytest 9).
 # Prerequisites in the checkout (run from the repository root):
 #   - dist/ built; .device/i25/{node.xz,nm.tar.xz} (bench/gpu_issue25.sh --prepare-only writes them);
-#   - the task folder ($TASKS_DIR/verl-grpo-vectorized, default staging/) with
+#   - the task folder ($TASKS_DIR/verl-grpo-vectorized, default tasks/) with
 #     hidden/upstream/verl-grpo-vectorized.bundle (1.6 MiB) and env/pystubs/ (import-only stand-ins
 #     for ray, tensordict, omegaconf, codetiming, transformers). task.yaml's env.pythonpath names
 #     env/pystubs: every sandbox mounts a copy read-only and puts it first on PYTHONPATH, so nothing
 #     is copied to /opt any more; curate --run gets the same folder with --pythonpath.
-#   run(command="bash staging/verl-grpo-vectorized/gpu_verl_grpo.sh", carry=["dist", ".device/i25"], timeout_s=600)
+#   run(command="bash tasks/verl-grpo-vectorized/gpu_verl_grpo.sh", carry=["dist", ".device/i25"], timeout_s=600)
 # Knobs: MUTANTS=40 JOBS=8 TIME_LIMIT_MIN=4 CHECK_S=420 CURATE_S=150 SKIP_CURATE=1.
 set -u
 C=.device/i25
-TASKS_DIR=${TASKS_DIR:-staging}
+TASKS_DIR=${TASKS_DIR:-tasks}
 T=$TASKS_DIR/verl-grpo-vectorized
 BASE=c03dcb0f8f0ba09354f16dbfad93f750a67a9953
 MERGE=4ff3ce2fedda1e078ae759c97a5596c43ceb053c
@@ -59,7 +59,7 @@ if [ -z "${SKIP_CURATE:-}" ]; then
       --work /tmp/curate-verl --out "$OUT/curate.json" --json ) &
   PC=$!
 fi
-step check "${CHECK_S:-420}" node dist/cli/main.js task check verl-grpo-vectorized --tasks-dir "$TASKS_DIR" --sandbox none \
+step check "${CHECK_S:-420}" node dist/cli/main.js task check verl-grpo-vectorized --tasks-dir "$TASKS_DIR" --sandbox none --python python3 \
   --out /tmp/infradev-check --calibration-dir /tmp/infradev-cal --jobs "${JOBS:-8}" \
   --mutants "${MUTANTS:-40}" --time-limit "${TIME_LIMIT_MIN:-4}" --html "$OUT/check.html" --json
 cp "$OUT/check.out" "$OUT/check-report.json" 2>/dev/null
