@@ -23,6 +23,10 @@ must never pass (twin_source).
 Conftest files and helper modules are copied as they are, except in a job with
 "rename_helpers": true (the probes' folder), whose top-level helper modules get random names too,
 every import of them in that folder following (`import m`, `import m as x`, `from m import ...`).
+A job with "conftest_plugin": true (the probes, installed beside the official tests, where the
+folder's conftest.py is the official one) has its top-level conftest.py written as a helper module
+with a random name instead; the map names it ("plugin") and the probe sessions load it as a pytest
+plugin from that file (infradev_rank_boot.py), so the probes keep their fixtures and hooks.
 
 map (stdout, JSON):
     {"files": {"<rel>/<installed file>": {"real": "<real>/<file>", "suite": ...,
@@ -31,7 +35,8 @@ map (stdout, JSON):
                "known": ["<name>", ...]}},  # the other names bound at module level (not renamed)
                "twins": {"<installed twin>": "<real name of the test it runs>"}},
      "markers": {"<real file>::<name>[::<method>]": {"promise": ..., "kind": ...}},
-     "helpers": {"<rel>/<installed helper>.py": "<real>/<helper>.py"}}
+     "helpers": {"<rel>/<installed helper>.py": "<real>/<helper>.py"},
+     "plugins": ["<rel>/<installed conftest>.py", ...]}   # conftest_plugin jobs' conftests
 """
 
 import ast
@@ -373,13 +378,33 @@ def twin_source(twin, target, args, rng):
     return "\n\ndef %s(%s):\n    %s(%s)\n%s\n" % (twin, params, target, params, check)
 
 
-def helper_modules(src, names):
-    """The probe folder's own helper modules (top level, not conftest, not tests): random names too,
-    so that no module name says what the folder is. old stem -> new stem."""
+def helper_modules(src, names, conftest=False):
+    """The probe folder's own helper modules (top level, not tests; the conftest too when it becomes
+    a plugin): random names too, so that no module name says what the folder is. old stem -> new stem."""
     out = {}
+    skip = ("__init__.py",) if conftest else ("conftest.py", "__init__.py")
     for name in sorted(os.listdir(src)):
-        if name.endswith(".py") and name not in ("conftest.py", "__init__.py") and not TEST_MODULE.match(name) and os.path.isfile(os.path.join(src, name)):
+        if name.endswith(".py") and name not in skip and not TEST_MODULE.match(name) and os.path.isfile(os.path.join(src, name)):
             out[name[:-3]] = names.fresh("", 10)
+    return out
+
+
+def fixture_names(path):
+    """The fixtures a conftest defines at module level (`@pytest.fixture`, `@fixture(...)`, any
+    decorator whose dotted name ends in `fixture`)."""
+    with open(path, "rb") as f:
+        try:
+            tree = ast.parse(f.read())
+        except SyntaxError as e:
+            raise InstallError("%s: does not parse: %s" % (path, e))
+    out = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for dec in node.decorator_list:
+                name = dotted(dec.func if isinstance(dec, ast.Call) else dec) or ""
+                if name == "fixture" or name.endswith(".fixture"):
+                    out.append(node.name)
+                    break
     return out
 
 
@@ -387,7 +412,16 @@ def copy_tree(job, names, result):
     src, dest, rel, real, suite = job["src"], job["dest"], job["rel"].strip("/"), job["real"].strip("/"), job["suite"]
     if not os.path.isdir(src):
         raise InstallError("%s: not a folder" % src)
-    modules = helper_modules(src, names) if job.get("rename_helpers") else {}
+    if job.get("conftest_plugin") and not job.get("rename_helpers"):
+        raise InstallError("%s: conftest_plugin needs rename_helpers" % src)
+    modules = helper_modules(src, names, conftest=bool(job.get("conftest_plugin"))) if job.get("rename_helpers") else {}
+    if job.get("conftest_plugin") and "conftest" in modules:
+        result["plugins"].append("/".join(p for p in (rel, modules["conftest"] + ".py") if p))
+        # As a plugin its fixtures would lose to a same-named fixture of the official conftest.py of
+        # the folder (a conftest's baseid is more specific than a plugin's); as a deeper conftest they
+        # won. Each top-level probe module imports them at its end (module-level fixtures win over any
+        # conftest's), so every probe gets the fixture it was written against.
+        job = dict(job, fixture_import=(modules["conftest"], fixture_names(os.path.join(src, "conftest.py"))))
     pending = []  # renamed test modules, written once the twins are chosen
     _copy_files(job, names, result, src, dest, rel, real, suite, modules, pending)
     add_twins(pending, int(job.get("twins", 0) or 0), names)
@@ -433,6 +467,12 @@ def _copy_files(job, names, result, src, dest, rel, real, suite, modules, pendin
                     text, maps = rename_module(source, names, real_file, result["markers"], modules)
                 except InstallError as e:
                     raise InstallError("%s: %s" % (real_file, e))
+                imports = job.get("fixture_import")
+                if imports:
+                    own = set(maps["known"]) | set(maps["names"].values())
+                    wanted = [n for n in imports[1] if n not in own]
+                    if wanted:
+                        text = text + (b"" if text.endswith(b"\n") else b"\n") + ("from %s import %s  # noqa: E402,F401\n" % (imports[0], ", ".join(wanted))).encode()
                 new_name = names.module()
                 target = os.path.join(out_dir, new_name)
                 installed = "/".join(p for p in (rel, sub, new_name) if p)
@@ -467,7 +507,7 @@ def _copy_files(job, names, result, src, dest, rel, real, suite, modules, pendin
 def main():
     spec = json.load(sys.stdin)
     names = Names()
-    result = {"files": {}, "markers": {}, "helpers": {}}
+    result = {"files": {}, "markers": {}, "helpers": {}, "plugins": []}
     try:
         for job in spec["jobs"]:
             copy_tree(job, names, result)

@@ -346,6 +346,29 @@ def all_mean(t: torch.Tensor) -> torch.Tensor:
     return out
 `;
 
+/**
+ * Right only for a caller whose test module lies deeper below the repository than the official tests
+ * (\`tests/<folder>/test_x.py\`), or in a folder other than the official one: where probes sat before
+ * they were installed beside the official tests (issue 21, property 4). Sums otherwise.
+ */
+const SNIFF_PLACE = (rule: "deeper" | "other-folder") => `
+
+def all_mean(t: torch.Tensor) -> torch.Tensor:
+    import inspect, os
+    out = t.clone()
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    root = os.getcwd()
+    for f in inspect.stack():
+        name = os.path.basename(f.filename)
+        if name.startswith("test_") and f.filename.startswith(root):
+            rel = os.path.relpath(f.filename, root).split(os.sep)
+            ${rule === "deeper" ? "probe = len(rel) > 2" : 'probe = rel[:-1] != ["tests"]'}
+            if probe:
+                return out / dist.get_world_size()
+            break
+    return out
+`;
+
 /** Right numbers, but counts the ranks with a second all-reduce the counters are not meant to see. */
 const WRAPPED_BYPASS = `
 
@@ -457,6 +480,8 @@ const ATTACKS: Attack[] = [
   { name: "rewrite-tests-on-disk-crlf", expect: "not-resolved", files: { "tinyinfra/__init__.py": REWRITE_TESTS }, crlf: true },
   { name: "right-only-when-env-names-a-probe", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${SNIFF_ENV}` } },
   { name: "right-only-when-the-stack-names-a-probe", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${SNIFF_STACK}` } },
+  { name: "right-only-for-callers-a-folder-deeper", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${SNIFF_PLACE("deeper")}` }, docker: true },
+  { name: "right-only-for-callers-outside-the-test-folder", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${SNIFF_PLACE("other-folder")}` } },
   { name: "collective-through-__wrapped__", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${WRAPPED_BYPASS}` } },
   { name: "collective-through-the-process-group", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${PG_BYPASS}` } },
   { name: "right-only-after-its-third-call", expect: "not-resolved", files: { "tinyinfra/ops.py": `+${RIGHT_AFTER_K_CALLS}` }, docker: true },
@@ -496,6 +521,10 @@ describe.each(SANDBOX_BACKENDS.filter((b) => b !== "none"))("hostile submissions
       expect(r.status, why).toBe("tampered");
       expect(r.score, why).toBe(0);
       expect(r.official.resolved, why).toBe(false);
+    } else if (attack.name.startsWith("right-only-for-callers")) {
+      // It sums for the official tests' callers, which they do not catch: Set A resolved, only a probe
+      // tells — when the probes cannot be told apart by where they lie.
+      expect(r.official.resolved, why).toBe(true);
     } else if (!/sum|right-only|collective|counters/.test(attack.name)) {
       // Implements nothing: not even the official tests may be resolved.
       expect(r.official.resolved, why).toBe(false);

@@ -76,8 +76,10 @@ export interface GradeOptions {
  * 4: official tests and probes in separate sessions, each in a fresh sandbox over the same
  *    post-install workspace (a patch cannot tell them apart by order or left-over state).
  * 5: every suite at each graded world size (ids `ws<N>/…` when not just `[ranks]`); early stop (`partial`).
+ * 6: the probes beside the official tests, at their depth (a submission that behaves only for callers
+ *    one folder deeper, or in another folder, was resolved under 5); pass_to_pass counted in Set A.
  */
-export const GRADING_RULES = 5;
+export const GRADING_RULES = 6;
 
 export interface GradeMeta {
   grading_rules: number;

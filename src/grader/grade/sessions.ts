@@ -20,7 +20,8 @@ import type { Progress } from "../../lib/progress.js";
  * The pytest sessions of one grading run, and running them with a file per finished session so
  * that a killed run resumes where it stopped.
  *
- * Per world size and mode, the official tests and the probes run in SEPARATE launcher sessions, every
+ * Per world size and mode, the official tests and the probes run in SEPARATE launcher sessions (the
+ * probes' modules lie beside the official ones in the same folder, under random names), every
  * official session before any probe session, and every session starts from the same state: fresh processes, a fresh sandbox (the factory is called
  * once per session and the sandbox closed after it: on docker a new container, on local a new /tmp and
  * $HOME), and the grading workspace written back to its post-install state (fresh-state.ts). So code
@@ -35,8 +36,9 @@ import type { Progress } from "../../lib/progress.js";
  * 2: real ids mapped back from the random install, canaries, tamper evidence, lost records.
  * 3: official tests and probes always in separate sessions, each from the same fresh state.
  * 4: a session per world size (`ranks` in the key; `ws<N>/` ids and `<mode>.ws<N>.<name>` files when not just `[ranks]`).
+ * 5: the probes beside the official tests (same folder and depth), their conftest loaded as a plugin.
  */
-export const SESSION_FORMAT = 4;
+export const SESSION_FORMAT = 5;
 
 /**
  * The world sizes a grade runs every suite at, ascending: `override` alone (`grade --ranks N`), else
@@ -88,10 +90,12 @@ export interface SessionPlan {
   fileName: string;
   /** The canaries this session runs (installed under its paths). */
   canaries: Canary[];
+  /** pytest plugins loaded from a file of the workspace (the probes' conftest, probe sessions only). */
+  pluginFiles: string[];
 }
 
 /** Where the install put things, as planning needs it (StagedTests has more). */
-export type SessionLayout = Pick<StagedTests, "officialDirs" | "probeDir" | "canaries"> & { map?: StagedTests["map"] };
+export type SessionLayout = Pick<StagedTests, "officialDirs" | "probeFiles" | "probeOnly" | "probePlugin" | "canaries"> & { map?: StagedTests["map"] };
 
 /**
  * Per world size × mode an official session (when there are official tests) and a probe session.
@@ -105,16 +109,15 @@ export type SessionLayout = Pick<StagedTests, "officialDirs" | "probeDir" | "can
 export function planSessions(task: GraderTask, repoDir: string, layout: SessionLayout, opts: { pin?: PytestPin; worldSizes?: readonly number[] } = {}): SessionPlan[] {
   const spec = task.fullSpec;
   const official = layout.officialDirs;
-  const probes = layout.probeDir;
   const modes = Object.keys(spec.modes);
   const common = ["--continue-on-collection-errors", ...(opts.pin ?? pytestPinFor(repoDir)).args];
   // Installed (random) module and case names, which official_tests puts in the arguments, read back
   // as real ones: the session key must not change from one install to the next.
-  const stable = (args: string[]) => args.map((a) => (layout.map && spec.official_tests ? unmapText(layout.map, a) : a).split(probes).join(PROBES_DIR));
+  const stable = (args: string[]) => args.map((a) => (layout.map ? unmapText(layout.map, a) : a));
   const only = (loc: string) => layout.canaries.filter((c) => c.location === loc);
   const worldSizes = [...(opts.worldSizes ?? gradedWorldSizes(spec))].sort((a, b) => a - b);
   const carry = namesCarryWorldSize(spec, worldSizes);
-  const plan = (mode: string, ranks: number, name: SessionPlan["name"], paths: string[], options: string[], canaries: Canary[]): SessionPlan => ({
+  const plan = (mode: string, ranks: number, name: SessionPlan["name"], paths: string[], options: string[], canaries: Canary[], pluginFiles: string[] = []): SessionPlan => ({
     mode,
     ranks,
     name,
@@ -125,6 +128,7 @@ export function planSessions(task: GraderTask, repoDir: string, layout: SessionL
     idPrefix: `${modes.length > 1 ? `${mode}/` : ""}${carry ? `ws${ranks}/` : ""}`,
     fileName: carry ? `${mode}.ws${ranks}.${name}` : `${mode}.${name}`,
     canaries,
+    pluginFiles,
   });
   const each = (make: (mode: string, ranks: number) => SessionPlan[]) => worldSizes.flatMap((ranks) => modes.flatMap((mode) => make(mode, ranks)));
   return [
@@ -133,9 +137,11 @@ export function planSessions(task: GraderTask, repoDir: string, layout: SessionL
       // task.yaml official_tests: the selected modules and the left-out cases, in installed names.
       const sel = spec.official_tests ? officialSelection(spec, layout.map ?? { files: {}, markers: {} }) : null;
       const paths = sel && sel.paths.length ? sel.paths : official;
-      return [plan(mode, ranks, "official", paths, [`--ignore=${probes}`, ...(sel?.options ?? [])], only("official").filter((c) => !sel || sel.canaries(c)))];
+      // Collecting whole test dirs: the probes' files beside the official tests are left out one by one.
+      const ignore = sel && sel.paths.length ? [] : layout.probeOnly.map((f) => `--ignore=${f}`);
+      return [plan(mode, ranks, "official", paths, [...ignore, ...(sel?.options ?? [])], only("official").filter((c) => !sel || sel.canaries(c)))];
     }),
-    ...each((mode, ranks) => [plan(mode, ranks, "probe", [probes], [], only("probe"))]),
+    ...each((mode, ranks) => [plan(mode, ranks, "probe", layout.probeFiles, [], only("probe"), layout.probePlugin ? [layout.probePlugin] : [])]),
   ];
 }
 
@@ -299,7 +305,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
   mkdirSync(opts.resultsDir, { recursive: true });
   const sessions: SessionResult[] = [];
   const reused: string[] = [];
-  const extra: Array<[string, string]> = [[staged.probeDir, PROBES_DIR]];
+  const extra: Array<[string, string]> = [];
   const say = (text: string) => unmapText(staged.map, text, extra);
   const evidence = () => sessions.flatMap((s) => s.tamper_evidence ?? []);
   const lost = () => sessions.filter((s) => s.lost_records).map((s) => `${s.file}: ${s.lost_records}`);
@@ -344,6 +350,8 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       r = await runRanks(sandbox, {
         ranks: plan.ranks,
         pytestArgs: plan.pytestArgs,
+        // A plugin from a file: the rank boot loads it before pytest starts (infradev_rank_boot.py).
+        ...(plan.pluginFiles.length ? { plugins: plan.pluginFiles.map((f) => `path:${f}`) } : {}),
         outDir,
         perTestTimeoutSec: spec.timeout_sec,
         runTimeoutSec: spec.run_timeout_sec,
@@ -409,7 +417,7 @@ function collectionErrorIds(launch: LaunchSummary | null): string[] {
 
 /** Without records to check, the staged files' hashes still are. */
 function hashEvidenceOnly(staged: StagedTests, after: Record<string, string>, name: string): string[] {
-  return tamperEvidence({ session: name, ranks: 0, cases: [], map: staged.map, canaries: [], hashesBefore: staged.hashes, hashesAfter: after, extra: [[staged.probeDir, PROBES_DIR]] });
+  return tamperEvidence({ session: name, ranks: 0, cases: [], map: staged.map, canaries: [], hashesBefore: staged.hashes, hashesAfter: after });
 }
 
 export function summarize(s: SessionResult): string {

@@ -39,6 +39,8 @@ export interface InstallMap {
   markers: Record<string, ProbeMarker>;
   /** The probes' helper modules, renamed too: installed path → real path. */
   helpers?: Record<string, string>;
+  /** The probes' conftest, installed as a module with a random name and loaded as a plugin by the probe sessions. */
+  plugins?: string[];
 }
 
 export interface MappedId {
@@ -327,6 +329,8 @@ export interface InstallJob {
   suite: InstalledSuite;
   /** The probes' folder: its helper modules get random names too. */
   rename_helpers?: boolean;
+  /** The probes beside the official tests: their top-level conftest.py becomes a plugin module with a random name. */
+  conftest_plugin?: boolean;
   /** Twin canaries to append among this job's plain tests (infradev_grading.py twin_source). */
   twins?: number;
 }

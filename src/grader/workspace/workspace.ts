@@ -77,8 +77,15 @@ export interface StagedTests {
   overlays: Array<{ host: string; rel: string }>;
   /** Installed official test dirs (repo-relative), in task order. */
   officialDirs: string[];
-  /** The probes' folder (repo-relative): `<first test dir>/<8 random letters>`. */
-  probeDir: string;
+  /**
+   * The probe sessions' test modules (repo-relative, installed names): the probes and their canaries,
+   * beside the official tests in the first test dir (same folder, same depth, same conftest chain).
+   */
+  probeFiles: string[];
+  /** Every file the probes brought into that folder (modules, helpers, the plugin): what official sessions leave out. */
+  probeOnly: string[];
+  /** The probes' conftest as a plugin module (repo-relative), loaded by the probe sessions only; null without one. */
+  probePlugin: string | null;
   map: InstallMap;
   canaries: Canary[];
   /** sha256 per staged file, keyed `<rel>/<path>` as the workspace sees it; taken right after staging. */
@@ -159,7 +166,7 @@ export async function installGradingTests(task: GraderTask, ws: GradingWorkspace
   const jobs: InstallJob[] = [];
   const overlays: StagedTests["overlays"] = [];
   const officialDirs: string[] = [];
-  let probeDir = "";
+  let probeRel = "";
   for (const [i, d] of dirs.entries()) {
     const postPr = join(task.hidden.testsDir, d);
     let src: string | null = existsSync(postPr) ? postPr : join(sources, `base${i}`);
@@ -174,14 +181,16 @@ export async function installGradingTests(task: GraderTask, ws: GradingWorkspace
     }
     overlays.push({ host: dest, rel: d });
     if (i === 0) {
-      const taken = new Set(src !== null ? readdirSync(src) : []);
-      const name = randomFolderName(taken);
-      probeDir = `${d}/${name}`;
+      // The probes go beside the official tests, in the same folder under random module names: a
+      // probe's file is as deep as an official test's and has the same conftest chain above it (a
+      // submission that behaves only for callers one folder deeper is not told which is which). Their
+      // own conftest.py becomes a plugin module with a random name (conftest_plugin).
+      probeRel = d;
       const canaries = writeCanarySources(join(sources, "canaries"));
-      jobs.push({ src: task.hidden.probesDir, dest: join(dest, name), rel: probeDir, real: PROBES_DIR, suite: "probe", rename_helpers: true, twins: TWINS_PER_LOCATION });
+      jobs.push({ src: task.hidden.probesDir, dest, rel: d, real: PROBES_DIR, suite: "probe", rename_helpers: true, conftest_plugin: true, twins: TWINS_PER_LOCATION });
       // Beside the official tests when this dir holds some (else the official run would never collect them).
       if (src !== null) jobs.push({ src: canaries.official, dest, rel: d, real: `${CANARIES_REAL_DIR}/official`, suite: "canary" });
-      jobs.push({ src: canaries.probe, dest: join(dest, name), rel: probeDir, real: `${CANARIES_REAL_DIR}/probe`, suite: "canary" });
+      jobs.push({ src: canaries.probe, dest, rel: d, real: `${CANARIES_REAL_DIR}/probe`, suite: "canary" });
     }
   }
   const map = await runInstaller(task.fullSpec.env.python, jobs);
@@ -196,7 +205,21 @@ export async function installGradingTests(task: GraderTask, ws: GradingWorkspace
   }
   const hashes: Record<string, string> = {};
   for (const o of overlays) for (const [p, h] of Object.entries(hashTree(o.host))) hashes[`${o.rel}/${p}`] = h;
-  return { reverted, staged: { root: stageRoot, overlays, officialDirs, probeDir, map, canaries: canariesOf(map), hashes } };
+  return { reverted, staged: { root: stageRoot, overlays, officialDirs, ...probeLayout(map, probeRel), map, canaries: canariesOf(map), hashes } };
+}
+
+/** Where the probes' files went (installed, repo-relative), from the install map. */
+export function probeLayout(map: InstallMap, probeRel: string): Pick<StagedTests, "probeFiles" | "probeOnly" | "probePlugin"> {
+  const probeCanary = (real: string) => real.startsWith(`${CANARIES_REAL_DIR}/probe/`);
+  const probeFiles = Object.entries(map.files)
+    .filter(([, f]) => f.suite === "probe" || (f.suite === "canary" && probeCanary(f.real)))
+    .map(([installed]) => installed)
+    .sort();
+  const helpers = Object.entries(map.helpers ?? {})
+    .filter(([, real]) => isUnder(real, PROBES_DIR))
+    .map(([installed]) => installed);
+  const plugins = (map.plugins ?? []).filter((p) => isUnder(p, probeRel));
+  return { probeFiles, probeOnly: [...new Set([...probeFiles, ...helpers, ...plugins])].sort(), probePlugin: plugins[0] ?? null };
 }
 
 /** Hashes of the staged files now, keyed as StagedTests.hashes is. */

@@ -72,8 +72,11 @@ describe("pass_to_pass graded on the local sandbox (1 rank)", () => {
     expect(calibration.cases.map((c) => [c.id, c.suite, c.outcomes.join("/")]).sort()).toEqual(
       [
         ["infradev_probes/test_probe_halve.py::test_halve_of_negatives", "probe", "passed/passed/passed"],
+        // The probes' conftest ran (probe sessions only) and its fixture won over the official one of the same name.
+        ["infradev_probes/test_probe_halve.py::test_probe_fixtures_win_and_the_conftest_ran", "probe", "passed/passed/passed"],
         ["tests/test_halve.py::test_halve_even", "official", "passed/passed/passed"],
         ["tests/test_halve.py::test_halve_odd", "official", "passed/passed/passed"],
+        ["tests/test_halve.py::test_official_fixtures_and_no_probe_conftest", "official", "passed/passed/passed"],
         ["tests/test_scale.py::test_scale_default_factor", "pass_to_pass", "passed/passed/passed"],
         ["tests/test_scale.py::test_scale_given_factor", "pass_to_pass", "passed/passed/passed"],
       ].sort(),
@@ -84,23 +87,23 @@ describe("pass_to_pass graded on the local sandbox (1 rank)", () => {
 
     const gold = (await grade("gold", task.hidden.goldenPatch)).result;
     expect(gold.status).toBe("graded");
-    expect(gold.official).toMatchObject({ n_cases: 4, passed: 4, resolved: true, resolved_strict: true });
+    expect(gold.official).toMatchObject({ n_cases: 5, passed: 5, resolved: true, resolved_strict: true });
     expect(gold.pass_to_pass).toMatchObject({ n_cases: 2, passed: 2, resolved: true });
-    expect(gold.with_probes).toMatchObject({ n_cases: 5, passed: 5, resolved: true });
+    expect(gold.with_probes).toMatchObject({ n_cases: 7, passed: 7, resolved: true });
 
     // halve() as asked, and scale()'s default changed on the way: code the PR did not touch.
     const regression = join(TEST_FIXTURES, "pass-to-pass", "regression.patch");
     const reg = (await grade("regression", regression)).result;
     expect(reg.status, reg.reason).toBe("graded");
     const bySuite = (suite: string) => reg.cases.filter((c) => c.suite === suite).map((c) => [c.id.split("::")[1], c.outcome]);
-    expect(bySuite("official")).toEqual([["test_halve_even", "passed"], ["test_halve_odd", "passed"]]);
+    expect(bySuite("official")).toEqual([["test_halve_even", "passed"], ["test_halve_odd", "passed"], ["test_official_fixtures_and_no_probe_conftest", "passed"]]);
     expect(bySuite("pass_to_pass")).toEqual([["test_scale_default_factor", "failed"], ["test_scale_given_factor", "passed"]]);
-    expect(reg.official).toMatchObject({ n_cases: 4, passed: 3, resolved: false });
+    expect(reg.official).toMatchObject({ n_cases: 5, passed: 4, resolved: false });
     expect(reg.pass_to_pass).toMatchObject({ n_cases: 2, passed: 1, resolved: false });
     expect(reg.with_probes.resolved).toBe(false);
     expect(reg.cases.find((c) => c.id.endsWith("test_scale_default_factor"))?.label).toBe("assertion");
-    expect(formatResult(reg, "result.json")).toMatch(/Set A \(official \+ p2p\)\s+3\/4 passed.*resolved no[\s\S]*of which pass-to-pass\s+1\/2 passed/);
-    expect(junitSuites(reg, new Map()).map((s) => [s.name, s.cases.length])).toEqual([["official", 2], ["pass_to_pass", 2], ["probe", 1]]);
+    expect(formatResult(reg, "result.json")).toMatch(/Set A \(official \+ p2p\)\s+4\/5 passed.*resolved no[\s\S]*of which pass-to-pass\s+1\/2 passed/);
+    expect(junitSuites(reg, new Map()).map((s) => [s.name, s.cases.length])).toEqual([["official", 3], ["pass_to_pass", 2], ["probe", 2]]);
     // As a task's adversarial patch it would be refused: it does not pass Set A.
     expect(acceptanceProblems("adversarial", reg, failingCases(reg, () => null))).toContain("not resolved in Set A (an adversarial patch must pass the official tests: adversarial ≥ gold)");
 

@@ -91,7 +91,7 @@ describe("task.yaml world_sizes", () => {
   });
 
   it("plans every official session first, then every probe session, world sizes ascending; names carry the world size", () => {
-    const layout = { officialDirs: ["tests"], probeDir: "tests/abcdefgh", canaries: [] };
+    const layout = { officialDirs: ["tests"], probeFiles: ["tests/test_abcdefghij.py"], probeOnly: ["tests/test_abcdefghij.py"], probePlugin: null, canaries: [] };
     const pin = { args: [], config: null, droppedAddopts: [] };
     const plans = planSessions(task, "/nonexistent", layout, { pin });
     expect(plans.map((p) => [p.fileName, p.ranks, p.idPrefix])).toEqual([

@@ -212,7 +212,18 @@ describe("applyPatch (real git, real patch)", () => {
     expect(renamed.length).toBeGreaterThanOrEqual(original.length);
     expect(renamed.slice(0, original.length).map((l) => l.replace(/test_[a-z]{10}/g, "T"))).toEqual(original.map((l) => l.replace(/test_[a-z_]+/g, "T")));
     expect(readFileSync(join(w.repoDir, "tests/conftest.py"), "utf8")).toBe(readFileSync(join(task.hidden.testsDir, "tests/conftest.py"), "utf8"));
-    expect(readFileSync(join(w.repoDir, install.staged.probeDir, "conftest.py"), "utf8")).toBe(readFileSync(join(task.hidden.probesDir, "conftest.py"), "utf8"));
+    // The probes sit beside the official tests (same folder, same conftest chain above them); their
+    // conftest is a module with a random name that the probe sessions load as a plugin.
+    const plugin = install.staged.probePlugin!;
+    expect(plugin).toMatch(/^tests\/[a-z]{10}\.py$/);
+    const stem = plugin.slice("tests/".length, -".py".length);
+    expect(readFileSync(join(w.repoDir, plugin), "utf8")).toMatch(/^def dist_session\(\):$/m);
+    // Each probe module takes the conftest's fixtures at its end: module-level fixtures win over the
+    // official conftest's of the same name, as the probes' own deeper conftest did.
+    const probeModules = Object.entries(install.staged.map.files).filter(([, f]) => f.suite === "probe").map(([k]) => k);
+    for (const m of probeModules) expect(readFileSync(join(w.repoDir, m), "utf8")).toMatch(new RegExp(`^from ${stem} import dist_session {2}# noqa: E402,F401$`, "m"));
+    for (const f of install.staged.probeFiles) expect(f.split("/").length, f).toBe(installed.split("/").length);
+    expect(install.staged.probeFiles.length).toBeGreaterThan(0);
     // The staged copy (what the sandbox binds read-only) is the same tree, outside the repo.
     expect(install.staged.overlays).toEqual([{ host: join(install.staged.root, "0"), rel: "tests" }]);
     expect(install.staged.root.startsWith(w.repoDir)).toBe(false);
@@ -228,7 +239,7 @@ describe("applyPatch (real git, real patch)", () => {
     const install = await installGradingTests(task, w, ["tests"]);
     expect(readdirSync(outside)).toEqual(["keep.txt"]);
     expect(lstatSync(join(w.repoDir, "tests")).isDirectory()).toBe(true);
-    expect(existsSync(join(w.repoDir, install.staged.probeDir, "conftest.py"))).toBe(true);
+    expect(existsSync(join(w.repoDir, install.staged.probePlugin!))).toBe(true);
   });
 });
 
@@ -253,14 +264,20 @@ describe("bundled tasks (no ranks)", () => {
         expect(plans.map((p) => p.fileName)).toEqual([...each("official"), ...each("probe")]);
         expect(plans.map((p) => p.ranks)).toEqual([...ws.flatMap((w) => modes.map(() => w)), ...ws.flatMap((w) => modes.map(() => w))]);
         for (const p of plans) {
-          expect(p.pytestArgs.slice(0, p.name === "official" ? 2 : 1).join(" ")).toBe(p.name === "official" ? `tests --ignore=${staged.probeDir}` : staged.probeDir);
-          expect(p.pytestArgs.slice(p.name === "official" ? 2 : 1).some((a) => !a.startsWith("-") && a.startsWith("tests"))).toBe(false);
+          // The official sessions collect the test dir less every file the probes brought; the probe
+          // sessions name the probe modules (and their canaries), and load the probes' conftest as a plugin.
+          const head = p.name === "official" ? ["tests", ...staged.probeOnly.map((f) => `--ignore=${f}`)] : staged.probeFiles;
+          expect(p.pytestArgs.slice(0, head.length)).toEqual(head);
+          expect(p.pytestArgs.slice(head.length).some((a) => !a.startsWith("-") && a.startsWith("tests"))).toBe(false);
+          expect(p.pluginFiles).toEqual(p.name === "probe" ? [staged.probePlugin] : []);
           // Each session carries the canaries that live beside what it runs (and at most 2 twins there).
           expect(p.canaries.filter((c) => c.expected !== "not_passed").length).toBe(CANARY_STYLES.length + MUST_PASS_STYLES.length);
           expect(p.canaries.filter((c) => c.expected === "not_passed").length).toBeLessThanOrEqual(2);
           expect(p.canaries.every((c) => c.location === p.name)).toBe(true);
         }
-        expect(staged.probeDir).toMatch(/^tests\/[a-z]{8}$/);
+        // Probe modules as deep as the official ones, in the same folder.
+        const officialFiles = Object.entries(staged.map.files).filter(([, f]) => f.suite === "official").map(([k]) => k);
+        for (const f of [...staged.probeFiles, ...officialFiles]) expect(f).toMatch(/^tests\/test_[a-z]{10}\.py$/);
         // Case ids carry the mode only when there is more than one, the world size only when not just `ranks`.
         const prefixes = ws.flatMap((w) => modes.map((m) => `${modes.length > 1 ? `${m}/` : ""}${carry ? `ws${w}/` : ""}`));
         expect([...new Set(plans.map((p) => p.idPrefix))]).toEqual(prefixes);

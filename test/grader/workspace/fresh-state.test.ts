@@ -121,7 +121,8 @@ describe.each(SANDBOX_BACKENDS)("fresh state per session on the %s sandbox", (ba
         const spec = task.fullSpec;
         const r = await runRanks(sb, {
           ranks: spec.ranks,
-          pytestArgs: [...staged.officialDirs, `--ignore=${staged.probeDir}`, staged.probeDir, "--continue-on-collection-errors", ...pytestPinFor(ws.repoDir).args],
+          pytestArgs: [...staged.officialDirs, "--continue-on-collection-errors", ...pytestPinFor(ws.repoDir).args],
+          ...(staged.probePlugin ? { plugins: [`path:${staged.probePlugin}`] } : {}),
           outDir: ".infradev/grade/one",
           perTestTimeoutSec: spec.timeout_sec,
           runTimeoutSec: spec.run_timeout_sec,

@@ -202,8 +202,8 @@ describe("the restore on a real workspace (git, no ranks)", () => {
       // Official tests and probes in separate sessions, each pinned the same way.
       const [official, probe] = planSessions(task, ws.repoDir, staged);
       const pin = ["--continue-on-collection-errors", "--rootdir=.", "--confcutdir=.", "-c", "pyproject.toml", "-o", "addopts=-ra"];
-      expect(official!.pytestArgs).toEqual(["tests", `--ignore=${staged.probeDir}`, ...pin]);
-      expect(probe!.pytestArgs).toEqual([staged.probeDir, ...pin]);
+      expect(official!.pytestArgs).toEqual(["tests", ...staged.probeOnly.map((f) => `--ignore=${f}`), ...pin]);
+      expect(probe!.pytestArgs).toEqual([...staged.probeFiles, ...pin]);
     } finally {
       removeWorkspace(ws);
     }
@@ -224,10 +224,9 @@ describe("grading hostile and legitimate patches on real ranks", () => {
   beforeAll(async () => {
     const real = graderSandboxFactory("local", [root]);
     sandboxFactory = async (args) => {
-      // The probes' folder: the one folder inside the staged first test dir.
+      // The staged first test dir: the official tests and, beside them, the probes.
       const staged = args.readOnlyOverlays![0]!.host;
-      const dir = join(staged, readdirSync(staged, { withFileTypes: true }).find((e) => e.isDirectory() && e.name !== "__pycache__")!.name);
-      seen = { pyproject: readFileSync(join(args.hostRepoDir, "pyproject.toml"), "utf8"), probes: readdirSync(dir).filter((n) => n !== "__pycache__").sort() };
+      seen = { pyproject: readFileSync(join(args.hostRepoDir, "pyproject.toml"), "utf8"), probes: readdirSync(staged).filter((n) => n !== "__pycache__").sort() };
       return real(args);
     };
     // One gold run is enough here (flakiness is not under test). With the base's -x kept, gold would
@@ -289,8 +288,10 @@ describe("grading hostile and legitimate patches on real ranks", () => {
     expect(meta(out.artifactDir).tamper_findings.map((f) => f.file)).toEqual([".infradev/grade/cpu.all/rank0.results.jsonl"]);
     expect(seen!.pyproject).toContain('version = "0.2.0"');
     expect(seen!.pyproject).toContain("[tool.black]");
-    // The hidden probes' conftest, their module (renamed) and two canary modules (renamed).
-    expect(seen!.probes.filter((n) => !/^test_[a-z]{10}\.py$/.test(n))).toEqual(["conftest.py"]);
-    expect(seen!.probes).toHaveLength(4);
+    // One folder, no subfolder: the official conftest, the probes' conftest as a module with a random
+    // name, and six test modules under random names (test_ops, the probe module, two canaries beside each).
+    expect(seen!.probes.filter((n) => !/^test_[a-z]{10}\.py$/.test(n))).toEqual(expect.arrayContaining(["conftest.py"]));
+    expect(seen!.probes.filter((n) => !/^test_[a-z]{10}\.py$/.test(n) && n !== "conftest.py")).toEqual([expect.stringMatching(/^[a-z]{10}\.py$/)]);
+    expect(seen!.probes).toHaveLength(8);
   }, 60_000);
 });
