@@ -192,7 +192,19 @@ def main():
 
     plugin.BOOT_SPEC = spec
     sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py")]
-    code = int(pytest.main(pytest_args(spec), plugins=path_plugins(spec, cwd)))
+    try:
+        plugins = path_plugins(spec, cwd)
+    except Exception:  # noqa: BLE001 - as pytest ends when a conftest does not import
+        # The probes' conftest raised on import (a submission that breaks what it imports): what
+        # pytest itself does with a conftest that does not import — say so, exit 4 (usage error),
+        # no report written. Exit 1 without a JUnit report would read as records cut by the rank.
+        import traceback
+
+        sys.stderr.write("ImportError while loading conftest (the probes' plugin module).\n")
+        traceback.print_exc()
+        infradev_audit.finish()
+        return 4
+    code = int(pytest.main(pytest_args(spec), plugins=plugins))
     infradev_audit.finish()
     return code
 

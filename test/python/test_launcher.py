@@ -404,3 +404,46 @@ def test_ranks_get_no_inherited_descriptor_and_exits_are_seen(tmp_path, pidfd):
     launch = json.loads((out / "launch.json").read_text())
     assert launch["status"] == "ok" and launch["exit_codes"] == [0, 0]
     assert launch["summary"]["passed"] == 1
+
+
+PLUGIN_OK = '''
+import os
+
+import pytest
+
+os.environ["PLUGIN_MODULE_RAN"] = "yes"
+
+
+@pytest.fixture
+def from_plugin():
+    return 42
+'''
+
+
+def test_a_path_plugin_is_loaded_from_its_file_and_gives_its_fixtures(scratch):
+    """`--plugin path:<file>` (how the probe sessions load the probes' conftest): the module's code
+    runs before the tests, its fixtures reach them; the file's folder is not put on sys.path."""
+    test = '''
+import os
+import sys
+
+
+def test_uses_it(from_plugin):
+    assert from_plugin == 42 and os.environ["PLUGIN_MODULE_RAN"] == "yes"
+    assert "qzkfirstpl" in sys.modules and os.path.abspath("sub") not in [os.path.abspath(p) for p in sys.path]
+'''
+    run = scratch({"sub/qzkfirstpl.py": PLUGIN_OK, "test_p.py": test}, 2, "--plugin", "path:sub/qzkfirstpl.py", "--", "-q", "test_p.py")
+    assert run.returncode == 0, run.stderr
+    for rank in range(2):
+        assert run.junit(rank) == {"test_p.py::test_uses_it": ("passed", "")}
+
+
+def test_a_path_plugin_that_does_not_import_ends_the_rank_as_a_broken_conftest_does(scratch):
+    """A plugin file that raises on import (a submission broke what it imports): exit 4 and the
+    error on stderr on every rank, as pytest ends on a conftest that does not import; never exit 1
+    without a report (which reads as records cut by code in the rank)."""
+    run = scratch({"qzkbadplug.py": "raise ImportError('the package is broken')\n", "test_p.py": "def test_x():\n    pass\n"}, 2, "--plugin", "path:qzkbadplug.py", "--", "-q", "test_p.py")
+    assert run.returncode != 0
+    assert [e["exit_code"] for e in run.integrity] == [4, 4]
+    for rank in range(2):
+        assert "the package is broken" in run.log(rank) and "ImportError while loading conftest" in run.log(rank)
