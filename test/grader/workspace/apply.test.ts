@@ -230,6 +230,18 @@ describe("applyPatch (real git, real patch)", () => {
     expect(readFileSync(join(install.staged.root, "0", installed.slice("tests/".length)), "utf8")).toBe(readFileSync(join(w.repoDir, installed), "utf8"));
   });
 
+  it("two installs of the same tests: different random names, the same session keys (a killed grade resumes)", async () => {
+    const plansOf = async () => {
+      const w = await fresh();
+      const { staged } = await installGradingTests(task, w, []);
+      return planSessions(task, w.repoDir, staged);
+    };
+    const [a, b] = [await plansOf(), await plansOf()];
+    expect(a.map((p) => p.pytestArgs)).not.toEqual(b.map((p) => p.pytestArgs));
+    expect(a.map((p) => p.keyArgs)).toEqual(b.map((p) => p.keyArgs));
+    expect(a.find((p) => p.name === "probe")!.keyArgs.slice(0, 3)).toEqual(["infradev_canaries/probe/test_c0.py", "infradev_canaries/probe/test_c1.py", "infradev_probes/test_probe_mean.py"]);
+  });
+
   it("a test dir turned into a symlink (to /) by the patch is restored before anything is written there", async () => {
     const w = await fresh();
     const outside = mkdtempSync(join(scratch, "outside-"));
