@@ -38,6 +38,19 @@ export const HiddenLayoutSchema = z.strictObject({
   adversarial: relPath.default("hidden/adversarial"),
 });
 
+/** A test module of the post-PR test dirs (official_tests, pass_to_pass). */
+const testModule = relPath.refine((p) => p.endsWith(".py"), "expected a test module (a .py file)");
+
+/** Cases left out of a list of modules, each with its reason (a case that needs more GPUs than the task has). */
+const deselectList = z
+  .array(
+    z.strictObject({
+      id: z.string().regex(/^[^:\s]+\.py::\S+$/, "expected a pytest case id <file.py>::<name>[params]"),
+      reason: z.string().min(10, "expected a reason of at least 10 characters"),
+    }),
+  )
+  .default([]);
+
 export const TaskSpecSchema = z.strictObject({
   schema_version: z.literal(TASK_SCHEMA_VERSION),
   id: z.string().regex(/^[a-z0-9][a-z0-9-]*$/, "expected a lowercase id of letters, digits and '-'"),
@@ -63,15 +76,8 @@ export const TaskSpecSchema = z.strictObject({
    */
   official_tests: z
     .strictObject({
-      paths: z.array(relPath.refine((p) => p.endsWith(".py"), "expected a test module (a .py file)")).min(1).optional(),
-      deselect: z
-        .array(
-          z.strictObject({
-            id: z.string().regex(/^[^:\s]+\.py::\S+$/, "expected a pytest case id <file.py>::<name>[params]"),
-            reason: z.string().min(10, "expected a reason of at least 10 characters"),
-          }),
-        )
-        .default([]),
+      paths: z.array(testModule).min(1).optional(),
+      deselect: deselectList,
     })
     .optional(),
   /**
@@ -84,15 +90,8 @@ export const TaskSpecSchema = z.strictObject({
    */
   pass_to_pass: z
     .strictObject({
-      paths: z.array(relPath.refine((p) => p.endsWith(".py"), "expected a test module (a .py file)")).min(1),
-      deselect: z
-        .array(
-          z.strictObject({
-            id: z.string().regex(/^[^:\s]+\.py::\S+$/, "expected a pytest case id <file.py>::<name>[params]"),
-            reason: z.string().min(10, "expected a reason of at least 10 characters"),
-          }),
-        )
-        .default([]),
+      paths: z.array(testModule).min(1),
+      deselect: deselectList,
     })
     .optional(),
   timeout_sec: z.number().positive().max(86_400).describe("per test"),
