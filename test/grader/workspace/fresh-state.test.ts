@@ -121,7 +121,8 @@ describe.each(SANDBOX_BACKENDS)("fresh state per session on the %s sandbox", (ba
         const spec = task.fullSpec;
         const r = await runRanks(sb, {
           ranks: spec.ranks,
-          pytestArgs: [...staged.officialDirs, "--continue-on-collection-errors", ...pytestPinFor(ws.repoDir).args],
+          // The official modules first, then the probes (they share one folder now: name them in order).
+          pytestArgs: [...Object.keys(staged.map.files).filter((f) => !staged.probeFiles.includes(f)).sort(), ...staged.probeFiles, "--continue-on-collection-errors", ...pytestPinFor(ws.repoDir).args],
           ...(staged.probePlugin ? { plugins: [`path:${staged.probePlugin}`] } : {}),
           outDir: ".infradev/grade/one",
           perTestTimeoutSec: spec.timeout_sec,
