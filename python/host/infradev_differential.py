@@ -1,8 +1,25 @@
-"""Golden-differential probes: golden's code and the submission's, side by side on generated workloads.
+"""Golden-differential probes: golden's code and the submission's on the same generated workloads,
+in SEPARATE processes, compared where neither can reach.
 
 Host-only source: the grader copies this file into the probes' folder of a task that declares
 hidden/differential.yaml (src/task/hidden/differential.ts), where it is installed under a random
 name like every probe helper; it never lies in a sandbox the agent works in.
+
+Two halves:
+
+  in a grading session (`record_spec`, from the generated test module): the task's driver runs the
+  package that is importable there on every workload, and each rank writes what it saw (per call:
+  collectives, bytes, peak memory, facts; per value: dtype, shape, sha256, and the bytes where a
+  rule needs them) to rank<r>.differential.json in the launcher's out dir; the launcher carries the
+  files out in its result bundle. The same code records golden's side — in a session over a fresh
+  base workspace with the golden patch applied, where none of the submission's code exists — and the
+  submission's side, in the submission's probe session, where none of golden's code or records exist.
+
+  on the host (`python3 -I -S infradev_differential.py compare`, stdlib only: no torch, no pickle,
+  nothing of the sandbox imported): golden's records and the submission's, rule by rule
+  (src/grader/grade/differential-judge.ts feeds it and turns its answer into the cases' verdicts).
+  Golden's records never enter a session the submission runs in, so a submission can neither call
+  golden's code nor copy golden's answers: it has to compute them.
 
 A task's driver (hidden/<driver>.py, written by the task author) defines
 
@@ -10,11 +27,10 @@ A task's driver (hidden/<driver>.py, written by the task author) defines
     shrink(workload) -> iterable of dict                 # optional: smaller workloads to try first
     run(impl, workload, rec) -> None                     # drives impl's interface; records calls, values
 
-`impl.module("pkg.mod")` is golden's module (a private copy, base + golden.patch, loaded under a
-package name of its own) or the submission's (the real import). `rec.call(name, **facts)` is a
-context manager that measures the block on this rank (payload bytes and number of the collectives
-it issues, peak memory) and keeps the facts a rule's formula may name; `rec.value(name, tensor)`
-keeps a value to compare; `rec.group` is the process group the run must use.
+`impl.module("pkg.mod")` is the package's module as the session imports it. `rec.call(name, **facts)`
+is a context manager that measures the block on this rank (payload bytes and number of the
+collectives it issues, peak memory) and keeps the facts a rule's formula may name; `rec.value(name,
+tensor)` keeps a value to compare; `rec.group` is the process group the run must use.
 
 Each rule compares one metric of the submission with golden's for the same call on the same rank:
 
@@ -25,21 +41,23 @@ Each rule compares one metric of the submission with golden's for the same call 
             `golden` (golden's metric for the same call), the call's facts, + - * / // ( ), min, max
     values: compare bitwise (dtype, shape and every byte) or with rtol / atol
 
-Every rank runs the same workloads in lock-step; whether a rule failed is agreed over all ranks,
-and a failing workload is shrunk (the driver's shrink(), else lists made shorter) to a minimal one
-that still fails the rule, which the failure message shows with its seed.
+Every rank runs the same workloads in lock-step. A failing workload is shrunk by the host in rounds
+(golden's session proposes the smaller candidates — the driver's shrink(), then lists made shorter —
+and records golden on them; the submission's session records itself on the same ones), and the
+failure message shows the smallest workload that still fails, with its seed.
 """
 
 import ast
 import base64
 import contextlib
 import fnmatch
+import hashlib
 import importlib
-import importlib.abc
-import importlib.util
 import json
+import math
 import os
 import random
+import struct
 import sys
 import time
 from datetime import timedelta
@@ -177,133 +195,23 @@ def _short(v):
     return str(v)
 
 
-def compare_values(rule, sub_values, gold_values):
-    """None when every value golden recorded (matching the rule's `values` patterns) equals the
-    submission's (bitwise, or within rtol / atol); else the first difference, as a message."""
-    import torch
-
-    patterns = rule.get("values") or ["*"]
-    for name, gold in gold_values.items():
-        if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
-            continue
-        if name not in sub_values:
-            return "value %r: golden recorded it, the submission did not get that far" % (name,)
-        mine = sub_values[name]
-        if mine.dtype != gold.dtype or tuple(mine.shape) != tuple(gold.shape):
-            return "value %r: %s%s, golden %s%s" % (name, mine.dtype, list(mine.shape), gold.dtype, list(gold.shape))
-        if rule.get("compare", "bitwise") == "bitwise":
-            a = mine.detach().contiguous().reshape(-1).view(torch.uint8)
-            b = gold.detach().contiguous().reshape(-1).view(torch.uint8)
-            if not torch.equal(a, b):
-                e = mine.element_size()
-                at = int(torch.nonzero(a != b)[0]) // e
-                n = int((a.view(-1, e) != b.view(-1, e)).any(dim=1).sum()) if e > 1 else int((a != b).sum())
-                return "value %r: %d of %d entries differ bitwise (first at flat index %d: %s, golden %s)" % (
-                    name, n, mine.numel(), at, _entry(mine, at), _entry(gold, at))
-        else:
-            rtol, atol = float(rule.get("rtol", 0.0)), float(rule.get("atol", 0.0))
-            a, b = mine.detach().double().reshape(-1), gold.detach().double().reshape(-1)
-            bad = ~torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
-            if bool(bad.any()):
-                at = int(torch.nonzero(bad)[0])
-                return "value %r: %d of %d entries beyond rtol=%g atol=%g (first at flat index %d: %r, golden %r)" % (
-                    name, int(bad.sum()), a.numel(), rtol, atol, at, float(a[at]), float(b[at]))
-    return None
-
-
-def _entry(t, i):
-    v = t.detach().reshape(-1)[i]
-    return repr(v.item())
-
-
 # ---------------------------------------------------------------------------------------------
-# Golden's private copy
+# One run of a driver on a workload (in a grading session)
 
 
-class _BundleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves golden's modules under a package name of their own, from source text in memory:
-    nothing on disk looks like the package, and golden's imports of the package stay inside it."""
+class PackageImpl:
+    """The package as this session imports it: golden's in golden's session, the submission's in
+    the submission's. Nothing else is ever importable under its name here."""
 
-    def __init__(self, private, package, files):
-        self.private, self.package, self.files = private, package, files
-
-    def _path_of(self, fullname):
-        rel = fullname.split(".")[1:]
-        pkg = "/".join([self.package] + rel + ["__init__.py"])
-        mod = "/".join([self.package] + rel) + ".py"
-        if pkg in self.files:
-            return pkg, True
-        if mod in self.files:
-            return mod, False
-        return None, False
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.private and not fullname.startswith(self.private + "."):
-            return None
-        rel, is_pkg = self._path_of(fullname)
-        if rel is None:
-            return None
-        return importlib.util.spec_from_loader(fullname, self, origin="<golden %s>" % rel, is_package=is_pkg)
-
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module):
-        rel, _ = self._path_of(module.__name__)
-        tree = ast.parse(self.files[rel], filename=rel)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name == self.package or alias.name.startswith(self.package + "."):
-                        if alias.asname is None and "." in alias.name:
-                            raise ImportError("golden %s: `import %s` without `as` cannot be loaded privately" % (rel, alias.name))
-                        alias.name = self.private + alias.name[len(self.package):]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                if node.module == self.package or node.module.startswith(self.package + "."):
-                    node.module = self.private + node.module[len(self.package):]
-        exec(compile(tree, "<golden %s>" % rel, "exec"), module.__dict__)
-
-
-class GoldenImpl:
-    """Golden's version of the package, imported under a private name."""
-
-    name = "golden"
-
-    def __init__(self, bundle):
-        self.package = bundle["package"]
-        self.private = "_infradev_gold_%s" % bundle.get("key", "x")
-        if not any(isinstance(f, _BundleFinder) and f.private == self.private for f in sys.meta_path):
-            sys.meta_path.insert(0, _BundleFinder(self.private, self.package, bundle["files"]))
-
-    def module(self, name):
-        if name != self.package and not name.startswith(self.package + "."):
-            raise SpecError("impl.module(%r): only modules of %s have a golden copy" % (name, self.package))
-        mod = importlib.import_module(self.private + name[len(self.package):])
-        _check_private(mod, self.package, self.private)
-        return mod
-
-
-def _check_private(mod, package, private):
-    """Golden must never run the submission's code: no module global of it may be one of the
-    submission's modules, or a class / function defined in one."""
-    for key, value in list(vars(mod).items()):
-        owner = getattr(value, "__module__", None) if not isinstance(value, type(sys)) else value.__name__
-        if isinstance(owner, str) and (owner == package or owner.startswith(package + ".")):
-            raise SpecError("golden's %s.%s comes from the submission's %s: golden's copy is not private" % (mod.__name__, key, owner))
-
-
-class SubmissionImpl:
-    name = "submission"
+    name = "the package"
 
     def __init__(self, package):
         self.package = package
 
     def module(self, name):
+        if name != self.package and not name.startswith(self.package + "."):
+            raise SpecError("impl.module(%r): the differential drives package %s only" % (name, self.package))
         return importlib.import_module(name)
-
-
-# ---------------------------------------------------------------------------------------------
-# One run of a driver on a workload
 
 
 class Recorder:
@@ -415,175 +323,157 @@ def workload_size(w):
     return 0
 
 
+
+
 # ---------------------------------------------------------------------------------------------
-# The whole differential: every workload, every rule, agreed over the ranks
+# Recording (in a grading session)
+
+WORKLOADS_ENV = "INFRADEV_DIFFERENTIAL_WORKLOADS"  # JSON: [{"index": i, "workload": {...}}] (shrink rounds)
+CANDIDATES_ENV = "INFRADEV_DIFFERENTIAL_SHRINK"  # JSON: [{"index": i, "workload": {...}}]: propose and run their candidates
+RECORD_SUFFIX = "differential.json"  # rank<r>.differential.json in the launcher's out dir
+RECORD_FORMAT = 1
+SMALL_VALUE_BYTES = 1024  # a value this small travels whole even under a bitwise rule (for the message)
+RECORD_FILE_CAP = 12 << 20  # bytes of one rank's record file (the bundle's cap for all ranks is larger)
 
 
 class Outcome:
-    """What the differential found, per rule: None (held) or a message (failed on some rank)."""
+    """What a grading session can say per rule: skipped (not at this world size) or recorded. The
+    verdict itself is the host's (src/grader/grade/differential-judge.ts)."""
 
-    def __init__(self, failures, skipped, summary):
-        self.failures, self.skipped, self.summary = failures, skipped, summary
+    def __init__(self, skipped, summary):
+        self.skipped, self.summary = skipped, summary
 
     def check(self, rule_id):
         if rule_id in self.skipped:
             import pytest
 
             pytest.skip(self.skipped[rule_id])
-        msg = self.failures.get(rule_id)
-        assert msg is None, msg
 
 
-def evaluate(rules, sub, gold):
-    """rule id -> message for every rule the submission's run breaks against golden's."""
-    out = {}
-    sub_rec, sub_err = sub
-    gold_rec, _ = gold
-    for rule in rules:
-        if sub_err is not None:
-            out[rule["id"]] = sub_err
-            continue
-        if rule["metric"] == "values":
-            msg = compare_values(rule, sub_rec.values, gold_rec.values)
-        else:
-            msg = check_resource_rule(rule, sub_rec.calls, gold_rec.calls)
-        if msg is not None:
-            out[rule["id"]] = msg
+def tolerance_patterns(rules):
+    return [p for r in rules if r["metric"] == "values" and r.get("compare", "bitwise") != "bitwise" for p in (r.get("values") or ["*"])]
+
+
+def encode_value(tensor, whole):
+    """{dtype, shape, sha256, data?}: data (base64 of the raw bytes) when `whole` or small."""
+    import torch
+
+    t = tensor.detach().contiguous().cpu().reshape(-1)
+    u8 = t.view(torch.uint8) if t.element_size() > 0 and t.numel() else torch.empty(0, dtype=torch.uint8)
+    try:
+        raw = u8.numpy().tobytes()
+    except Exception:  # torch built without numpy
+        raw = bytes(u8.tolist())
+    dtype = str(tensor.dtype).replace("torch.", "")
+    shape = list(tensor.shape)
+    digest = hashlib.sha256(("%s%s" % (dtype, shape)).encode() + raw).hexdigest()
+    out = {"dtype": dtype, "shape": shape, "sha256": digest, "nbytes": len(raw)}
+    if whole or len(raw) <= SMALL_VALUE_BYTES:
+        out["data"] = base64.b64encode(raw).decode("ascii")
     return out
 
 
-def prepare_rules(rules):
-    for rule in rules:
-        if rule["metric"] != "values":
-            rule["_parsed"] = parse_rule(rule["rule"])
-            kind, _, name = rule["metric"].partition(":")
-            metric_of({"bytes": {}, "calls": {}, "peak_memory": 0, "facts": {name: 0}}, rule["metric"])
-    return rules
+def _agree_flag(group, flag):
+    """Rank 0's `flag` on every rank (a deadline every rank stops at together)."""
+    import torch
+
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    _dist().broadcast(t, src=0, group=group)
+    return bool(t.item())
 
 
-class Differential:
-    def __init__(self, spec, driver, bundle, measure):
-        self.spec, self.driver, self.measure = spec, driver, measure
-        self.rules = prepare_rules([dict(r) for r in spec["rules"]])
-        self.golden = GoldenImpl(bundle)
-        self.submission = SubmissionImpl(bundle["package"])
-        self.timeout_s = float(spec.get("collective_timeout_sec", 10))
-        self._cache = {}
-        dist = _dist()
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.agree_group = dist.new_group(ranks=list(range(self.world)))
-
-    def _agree(self, local):
-        """Every rank's `local` (a JSON-able object), gathered on every rank."""
-        dist = _dist()
-        out = [None] * self.world
-        dist.all_gather_object(out, local, group=self.agree_group)
+def _items(spec, driver, world):
+    """The workloads this session runs: the host's list (a shrink round), the candidates of the
+    host's failing workloads (golden's shrink round), else the seed's."""
+    listed = os.environ.get(WORKLOADS_ENV)
+    if listed:
+        return [dict(i) for i in json.loads(listed)]
+    parents = os.environ.get(CANDIDATES_ENV)
+    if parents:
+        out = []
+        for parent in json.loads(parents):
+            for k, cand in enumerate(shrink_candidates(driver, parent["workload"])):
+                out.append({"index": "%s>%d" % (parent["index"], k), "parent": parent["index"], "workload": cand})
         return out
-
-    def run_workload(self, workload, candidate=False):
-        """rule id -> failure message (agreed over ranks: the lowest rank's message where it failed).
-        `candidate`: a shrunk workload, which may be one the driver cannot run (golden fails too):
-        then it fails no rule, never the whole differential."""
-        key = json.dumps(workload, sort_keys=True)
-        if key in self._cache:
-            return self._cache[key]
-        gold = run_one(self.driver, self.golden, workload, self.measure, self.timeout_s)
-        sub = run_one(self.driver, self.submission, workload, self.measure, self.timeout_s)
-        if gold[1] is not None:
-            local = {"golden_error": gold[1], "failures": {}}
-        else:
-            local = {"golden_error": None, "failures": evaluate(self.rules, sub, gold)}
-        everyone = self._agree(local)
-        # Every rank is past both runs (the gather above): their groups can go. A group left alive
-        # keeps gloo's threads (about three per group and rank); a grade creates hundreds of groups.
-        for rec in (gold[0], sub[0]):
-            release_group(rec.group)
-        for r, got in enumerate(everyone):
-            if got["golden_error"] and candidate:
-                self._cache[key] = {}
-                return {}
-            if got["golden_error"]:
-                raise SpecError("golden failed on workload %s (rank %d): %s" % (json.dumps(workload), r, got["golden_error"]))
-        merged = {}
-        for r, got in enumerate(everyone):
-            for rid, msg in got["failures"].items():
-                merged.setdefault(rid, "rank %d: %s" % (r, msg))
-        self._cache[key] = merged
-        return merged
-
-    def shrink(self, rule_id, workload, deadline, max_runs):
-        shrinker = getattr(self.driver, "shrink", None)
-        steps = runs = 0
-        current = workload
-        improved = True
-        while improved and runs < max_runs and time.monotonic() < deadline:
-            improved = False
-            # Big cuts first (half of a list), then the driver's own, then one item less / smaller numbers.
-            candidates = list(generic_halves(current))
-            candidates += list(shrinker(current)) if shrinker else []
-            candidates += list(generic_shrink(current))
-            seen = set()
-            for cand in candidates:
-                key = json.dumps(cand, sort_keys=True)
-                if key in seen or cand == current or workload_size(cand) > workload_size(current):
-                    continue
-                seen.add(key)
-                if runs >= max_runs or not self._rank0_says(time.monotonic() < deadline):
-                    break
-                runs += 1
-                if rule_id in self.run_workload(cand, candidate=True):
-                    current, steps, improved = cand, steps + 1, True
-                    break
-        return current, steps
-
-    def _rank0_says(self, flag):
-        return bool(self._agree(bool(flag))[0])
-
-    def run(self):
-        spec = self.spec
-        budget = spec.get("budget", {})
-        count = int(budget.get("workloads", 16))
-        seconds = float(budget.get("seconds", 60))
-        seed = int(spec.get("seed", 0))
-        started = time.monotonic()
-        deadline = started + seconds
-        first = {}
-        ran = 0
-        for index in range(count):
-            if not self._rank0_says(time.monotonic() < deadline):
-                break
-            rng = random.Random("%d/%d/%d" % (seed, self.world, index))
-            workload = self.driver.generate(rng, index, count, self.world)
-            ran += 1
-            for rid, msg in self.run_workload(workload).items():
-                first.setdefault(rid, (index, workload, msg))
-            if len(first) == len(self.rules):
-                break
-        failures = {}
-        shrink_deadline = time.monotonic() + float(budget.get("shrink_seconds", max(10.0, seconds / 2)))
-        for rule in self.rules:
-            rid = rule["id"]
-            if rid not in first:
-                continue
-            index, workload, msg = first[rid]
-            small, steps = self.shrink(rid, workload, shrink_deadline, int(budget.get("shrink_runs", 40)))
-            small_msg = self.run_workload(small).get(rid, msg)
-            small_json = json.dumps(small, sort_keys=True)
-            # The first line is what a grade's result keeps (capped): the rule, the violation, the minimal case.
-            failures[rid] = (
-                "differential rule %s (promise %s): %s; minimal failing workload: %s\n"
-                "  %s\n"
-                "  minimal failing workload (shrunk in %d steps from workload %d of seed %d at world size %d): %s\n"
-                "  original workload: %s"
-                % (rid, rule["promise"], _clip(small_msg, 160), small_json, small_msg, steps, index, seed, self.world,
-                   small_json, _clip(json.dumps(workload, sort_keys=True)))
-            )
-        summary = {"workloads": ran, "of": count, "seconds": round(time.monotonic() - started, 2), "failed_rules": sorted(failures)}
-        return Outcome(failures, {}, summary)
+    count = int(spec.get("budget", {}).get("workloads", 16))
+    seed = int(spec.get("seed", 0))
+    return [{"index": i, "workload": driver.generate(random.Random("%d/%d/%d" % (seed, world, i)), i, count, world)} for i in range(count)]
 
 
-def _clip(s, n=600):
-    return s if len(s) <= n else s[: n - 3] + "..."
+def shrink_candidates(driver, workload, limit=64):
+    """Smaller workloads to try, best first: halves of lists, the driver's own, then one item less /
+    smaller integers; never larger than the workload, no repeats."""
+    shrinker = getattr(driver, "shrink", None)
+    seen = {json.dumps(workload, sort_keys=True)}
+    out = []
+    size = workload_size(workload)
+    for cand in list(generic_halves(workload)) + (list(shrinker(workload)) if shrinker else []) + list(generic_shrink(workload)):
+        key = json.dumps(cand, sort_keys=True)
+        if key in seen or workload_size(cand) > size:
+            continue
+        seen.add(key)
+        out.append(cand)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def record_spec(spec, driver):
+    """The probes' entry point (once per pytest module): runs the package on every workload and
+    writes this rank's records; the host judges them. Skips where the world size does not apply."""
+    _ensure_dist()
+    dist = _dist()
+    world, rank = dist.get_world_size(), dist.get_rank()
+    sizes = spec.get("world_sizes")
+    if sizes and world not in sizes:
+        why = "differential rules apply at world sizes %s, not %d" % (sizes, world)
+        return Outcome({r["id"]: why for r in spec["rules"]}, {"skipped": why})
+    rules = prepare_rules([dict(r) for r in spec["rules"]])
+    whole = tolerance_patterns(rules)
+    from infradev_probe import measure
+
+    impl = PackageImpl(spec["package"])
+    timeout_s = float(spec.get("collective_timeout_sec", 10))
+    budget = spec.get("budget", {})
+    deadline_s = float(os.environ.get("INFRADEV_DIFFERENTIAL_DEADLINE_S") or 3 * float(budget.get("seconds", 60)))
+    started = time.monotonic()
+    agree = dist.new_group(ranks=list(range(world)))
+    items = _items(spec, driver, world)
+    out = {"format": RECORD_FORMAT, "rank": rank, "world": world, "workloads": [], "unreached": []}
+    for n, item in enumerate(items):
+        if not _agree_flag(agree, time.monotonic() - started < deadline_s):
+            out["unreached"] = [i["index"] for i in items[n:]]
+            break
+        rec, err = run_one(driver, impl, item["workload"], lambda: measure(memory="host"), timeout_s)
+        release_group(rec.group)
+        values = {}
+        for name, t in rec.values.items():
+            values[name] = encode_value(t, any(fnmatch.fnmatchcase(name, p) for p in whole))
+        entry = {"index": item["index"], "workload": item["workload"], "error": err, "calls": rec.calls, "values": values}
+        if "parent" in item:
+            entry["parent"] = item["parent"]
+        out["workloads"].append(entry)
+    out["seconds"] = round(time.monotonic() - started, 3)
+    _write_record(rank, out)
+    summary = {"workloads": len(out["workloads"]), "of": len(items), "seconds": out["seconds"], "unreached": len(out["unreached"])}
+    print("differential: %s" % json.dumps(summary, sort_keys=True))
+    return Outcome({}, summary)
+
+
+def _write_record(rank, record):
+    from infradev_outputs import OUT_DIR_ENV, rank_name, write_atomic
+
+    out_dir = os.environ.get(OUT_DIR_ENV)
+    if not out_dir:
+        raise SpecError("the differential records need the launcher's out dir (INFRADEV_OUT_DIR is not set)")
+    data = json.dumps(record, separators=(",", ":"), allow_nan=False, default=str).encode("utf-8")
+    if len(data) > RECORD_FILE_CAP:
+        raise SpecError("rank %d's differential records take %d bytes, over the cap of %d: fewer or smaller workloads (budget.workloads)" % (rank, len(data), RECORD_FILE_CAP))
+    fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_atomic(rank_name(rank, RECORD_SUFFIX), data, fd)
+    finally:
+        os.close(fd)
 
 
 def _ensure_dist():
@@ -602,24 +492,175 @@ def _ensure_dist():
     dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=60))
 
 
-def load_bundle(path):
-    with open(path, "r", encoding="utf-8") as f:
-        data = json.load(f)
-    files = {k: base64.b64decode(v).decode("utf-8") for k, v in data["files"].items()}
-    return {"package": data["package"], "key": data["key"], "files": files}
+# ---------------------------------------------------------------------------------------------
+# Judging (on the host: stdlib only, over JSON; nothing of the sandbox is imported or unpickled)
+
+# dtype -> struct format of one little-endian entry (torch writes the host's order: little-endian here)
+_STRUCT_CODES = {"float64": "<d", "float32": "<f", "float16": "<e", "int64": "<q", "int32": "<i", "int16": "<h", "int8": "<b", "uint8": "<B", "bool": "<?"}
 
 
-def run_spec(spec, driver, bundle_path):
-    """The probes' entry point (one call per pytest module): every rule's outcome at this world size."""
-    _ensure_dist()
-    world = _dist().get_world_size()
-    sizes = spec.get("world_sizes")
-    if sizes and world not in sizes:
-        why = "differential rules apply at world sizes %s, not %d" % (sizes, world)
-        return Outcome({}, {r["id"]: why for r in spec["rules"]}, {"skipped": why})
-    from infradev_probe import measure
+def decode_numbers(value):
+    """The entries of an encoded value as Python numbers (bfloat16 widened to float32 bit by bit)."""
+    raw = base64.b64decode(value["data"])
+    dtype = value["dtype"]
+    if dtype == "bfloat16":
+        if len(raw) % 2:
+            raise ValueError("%d bytes are not a whole number of bfloat16 entries" % len(raw))
+        return [struct.unpack("<f", struct.pack("<I", h << 16))[0] for (h,) in struct.iter_unpack("<H", raw)]
+    code = _STRUCT_CODES.get(dtype)
+    if code is None:
+        raise SpecError("values of dtype %s cannot be compared with a tolerance" % dtype)
+    size = struct.calcsize(code)
+    if len(raw) % size:
+        raise ValueError("%d bytes are not a whole number of %s entries" % (len(raw), dtype))
+    return [x for (x,) in struct.iter_unpack(code, raw)]
 
-    diff = Differential(spec, driver, load_bundle(bundle_path), lambda: measure(memory="host"))
-    outcome = diff.run()
-    print("differential: %s" % json.dumps(outcome.summary, sort_keys=True))
-    return outcome
+
+def _close(a, b, rtol, atol):
+    if a == b:
+        return True
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        if math.isinf(a) or math.isinf(b):
+            return False
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+def compare_encoded(rule, sub_values, gold_values):
+    """None when every value golden recorded (matching the rule's `values` patterns) equals the
+    submission's (bitwise, or within rtol / atol); else the first difference, as a message."""
+    patterns = rule.get("values") or ["*"]
+    for name, gold in gold_values.items():
+        if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            continue
+        mine = sub_values.get(name)
+        if mine is None:
+            return "value %r: golden recorded it, the submission did not get that far" % (name,)
+        if mine.get("dtype") != gold["dtype"] or list(mine.get("shape") or []) != list(gold["shape"]):
+            return "value %r: %s%s, golden %s%s" % (name, mine.get("dtype"), mine.get("shape"), gold["dtype"], gold["shape"])
+        if rule.get("compare", "bitwise") == "bitwise":
+            if mine.get("sha256") == gold["sha256"]:
+                continue
+            numel = math.prod(gold["shape"]) if gold["shape"] else 1
+            if "data" in mine and "data" in gold:
+                a, b = base64.b64decode(mine["data"]), base64.b64decode(gold["data"])
+                e = max(1, len(b) // max(1, numel))
+                diff = [i for i in range(0, len(b), e) if a[i:i + e] != b[i:i + e]]
+                if diff:
+                    at = diff[0] // e
+                    try:
+                        x, y = decode_numbers(mine)[at], decode_numbers(gold)[at]
+                    except Exception:
+                        x, y = a[diff[0]:diff[0] + e].hex(), b[diff[0]:diff[0] + e].hex()
+                    return "value %r: %d of %d entries differ bitwise (first at flat index %d: %r, golden %r)" % (name, len(diff), numel, at, x, y)
+            return "value %r: differs bitwise from golden's (%s%s, sha256 %s, golden %s)" % (name, gold["dtype"], gold["shape"], str(mine.get("sha256"))[:12], gold["sha256"][:12])
+        if mine.get("sha256") == gold["sha256"]:
+            continue
+        if "data" not in mine or "data" not in gold:
+            return "value %r: its entries did not come out of the session (needed for the tolerance compare)" % (name,)
+        rtol, atol = float(rule.get("rtol", 0.0)), float(rule.get("atol", 0.0))
+        a, b = decode_numbers(mine), decode_numbers(gold)
+        if len(a) != len(b):
+            return "value %r: %d entries, golden %d" % (name, len(a), len(b))
+        bad = [i for i, (x, y) in enumerate(zip(a, b)) if not _close(x, y, rtol, atol)]
+        if bad:
+            at = bad[0]
+            return "value %r: %d of %d entries beyond rtol=%g atol=%g (first at flat index %d: %r, golden %r)" % (
+                name, len(bad), len(b), rtol, atol, at, a[at], b[at])
+    return None
+
+
+def evaluate(rules, sub_entry, gold_entry):
+    """rule id -> message for every rule the submission's run of one workload (on one rank) breaks."""
+    out = {}
+    for rule in rules:
+        if sub_entry.get("error"):
+            out[rule["id"]] = str(sub_entry["error"])
+            continue
+        if rule["metric"] == "values":
+            msg = compare_encoded(rule, sub_entry.get("values") or {}, gold_entry.get("values") or {})
+        else:
+            msg = check_resource_rule(rule, sub_entry.get("calls") or {}, gold_entry.get("calls") or {})
+        if msg is not None:
+            out[rule["id"]] = msg
+    return out
+
+
+def prepare_rules(rules):
+    for rule in rules:
+        if rule["metric"] != "values":
+            rule["_parsed"] = parse_rule(rule["rule"])
+            kind, _, name = rule["metric"].partition(":")
+            metric_of({"bytes": {}, "calls": {}, "peak_memory": 0, "facts": {name: 0}}, rule["metric"])
+    return rules
+
+
+def _by_index(record):
+    return {json.dumps(w["index"]): w for w in (record.get("workloads") or [])}
+
+
+def judge(rules, golden, submission, every=False):
+    """golden, submission: {rank: record}. -> {"failures": {rule id: {index, rank, message,
+    workload}}, "compared": n}: per rule the first workload (golden's order) and the lowest rank where
+    it fails; with every, also "all": {rule id: [every failing index, golden's order]} (shrink rounds). A workload golden raised on is left out (a shrink candidate the driver cannot run);
+    one the submission did not record fails every rule."""
+    rules = prepare_rules([dict(r) for r in rules])
+    failures = {}
+    ranks = sorted(golden, key=int)
+    gold_recs = {r: _by_index(golden[r]) for r in ranks}
+    sub_recs = {}
+    for r in ranks:
+        rec = submission.get(r)
+        sub_recs[r] = _by_index(rec) if isinstance(rec, dict) else None
+    order = [json.dumps(w["index"]) for w in (golden[ranks[0]].get("workloads") or [])] if ranks else []
+    compared = 0
+    every_failing = {}
+    for key in order:
+        if any(gold_recs[r].get(key, {}).get("error") or key not in gold_recs[r] for r in ranks):
+            continue
+        compared += 1
+        workload = gold_recs[ranks[0]][key]["workload"]
+        for r in ranks:
+            subs = sub_recs[r]
+            if subs is None:
+                found = {rule["id"]: "rank %s: the session wrote no differential records" % r for rule in rules}
+            elif key not in subs:
+                found = {rule["id"]: "the submission did not finish this workload (the session's deadline, or it stopped early)" for rule in rules}
+            elif json.dumps(subs[key].get("workload"), sort_keys=True) != json.dumps(workload, sort_keys=True):
+                found = {rule["id"]: "the session ran another workload under this index" for rule in rules}
+            else:
+                try:
+                    found = evaluate(rules, subs[key], gold_recs[r][key])
+                except SpecError:
+                    raise
+                except Exception as e:  # records the session wrote that do not parse: the submission's
+                    found = {rule["id"]: "the session's records do not read (%s: %s)" % (type(e).__name__, e) for rule in rules}
+            for rid, msg in found.items():
+                if every and json.loads(key) not in every_failing.setdefault(rid, []):
+                    every_failing[rid].append(json.loads(key))
+                if rid not in failures:
+                    failures[rid] = {"index": json.loads(key), "rank": int(r), "message": "rank %s: %s" % (r, msg), "workload": workload}
+    out = {"failures": failures, "compared": compared}
+    if every:
+        out["all"] = every_failing
+    return out
+
+
+def _main(argv):
+    """`compare` / `compare-all`: stdin {rules, golden: {rank: record}, submission: {rank: record}}
+    -> stdout judge()'s answer (compare-all: with every failing index per rule), or {"spec_error": message}."""
+    if argv[1:] not in (["compare"], ["compare-all"]):
+        sys.stderr.write("usage: python3 -I -S infradev_differential.py compare|compare-all < input.json\n")
+        return 2
+    data = json.load(sys.stdin)
+    try:
+        out = judge(data["rules"], data["golden"], data["submission"], every=argv[1] == "compare-all")
+    except SpecError as e:
+        out = {"spec_error": str(e)}
+    json.dump(out, sys.stdout, separators=(",", ":"), default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv))

@@ -22,6 +22,10 @@ SPEC_HEX_ENV = "INFRADEV_RANK_SPEC_HEX"  # torchrun path: the spec, hex, for inf
 
 LONGREPR_CAP = 8192
 
+# Per-rank files (rank<r>.<suffix>) a probe writes for the host to judge; the launcher carries each
+# whole in its result bundle (`attachments`). Written by python/host/infradev_differential.py.
+ATTACHMENTS = ("differential.json",)
+
 # The pytest arguments every rank gets before the run's own: the plugin records progress and
 # results; the cache provider is off because N ranks would race on one .pytest_cache; a file that
 # fails to import must not cost the tests of every other file (its error is reported in

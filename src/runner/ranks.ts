@@ -30,8 +30,8 @@ export const LAUNCHER_EXIT_CODES: Record<LaunchSummary["status"], number> = {
 };
 export const BUNDLE_PREFIX = "INFRADEV-BUNDLE ";
 export const PROGRESS_PREFIX = "INFRADEV-PROGRESS ";
-/** The bundle is at most 32 MiB (the launcher caps it); the rest is room for stderr. */
-export const LAUNCHER_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
+/** The bundle is at most 56 MiB (the launcher caps it); the rest is room for stderr. */
+export const LAUNCHER_MAX_OUTPUT_BYTES = 96 * 1024 * 1024;
 
 export interface RunRanksOptions {
   ranks: number;
@@ -139,6 +139,10 @@ export interface RunRanksResult {
   integrity: RankIntegrity[];
   /** capped text logs for artifacts: rank logs' tails, stacks, launch summary (name → text). */
   logs: Array<{ name: string; text: string }>;
+  /** Per-rank records probes wrote for the host to judge (empty without a bundle or without such probes). */
+  attachments: RankAttachment[];
+  /** Attachments the bundle's cap left out. */
+  attachmentsDropped?: number;
   /** The out dir as the sandbox sees it (where the agent finds the rank logs). */
   sandboxOutDir: string;
 }
@@ -152,6 +156,15 @@ interface Bundle {
   records_dropped?: number;
   integrity: RankIntegrity[];
   logs: Array<{ name: string; text: string }>;
+  attachments?: unknown[];
+  attachments_dropped?: number;
+}
+
+/** A per-rank file a probe wrote for the host to judge (python/sandbox/infradev_outputs.py ATTACHMENTS), as the bundle carried it. */
+export interface RankAttachment {
+  rank: number;
+  name: string;
+  text: string;
 }
 
 const STATUSES = new Set(Object.keys(LAUNCHER_EXIT_CODES));
@@ -296,10 +309,10 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
   const stderrLog = { name: "launcher.stderr", text: exec.stderr.split("\n").filter((l) => !l.startsWith(PROGRESS_PREFIX)).join("\n").slice(-65536) };
 
   if (exec.harnessError) {
-    return { launch: null, cases: [], exec, harnessError: exec.harnessError, integrity: [], logs: [stderrLog], sandboxOutDir };
+    return { launch: null, cases: [], exec, harnessError: exec.harnessError, integrity: [], logs: [stderrLog], attachments: [], sandboxOutDir };
   }
   const read = readBundle(exec, nonce);
-  if ("lost" in read) return { launch: null, cases: [], exec, lostRecords: read.lost, integrity: [], logs: [stderrLog], sandboxOutDir };
+  if ("lost" in read) return { launch: null, cases: [], exec, lostRecords: read.lost, integrity: [], logs: [stderrLog], attachments: [], sandboxOutDir };
   const b = read.bundle;
   const launch = { ...b.launch, collected: b.collected.filter((c): c is string => typeof c === "string") } as LaunchSummary;
   const logs = [
@@ -329,5 +342,9 @@ export async function runRanks(sandbox: Sandbox, opts: RunRanksOptions): Promise
     // Not lost: the bundle's cap cut records; those tests count as missing on the ranks concerned.
     logs.push({ name: "bundle-notes.txt", text: `${b.records_dropped} per-rank records were left out of the bundle (over its cap)\n` });
   }
-  return { launch, cases, exec, ...(lostRecords ? { lostRecords } : {}), integrity, logs, sandboxOutDir };
+  const attachments = (Array.isArray(b.attachments) ? b.attachments : []).filter(
+    (a): a is RankAttachment => isObj(a) && Number.isInteger(a.rank) && (a.rank as number) >= 0 && (a.rank as number) < opts.ranks && typeof a.name === "string" && typeof a.text === "string",
+  );
+  const dropped = typeof b.attachments_dropped === "number" && b.attachments_dropped > 0 ? b.attachments_dropped : 0;
+  return { launch, cases, exec, ...(lostRecords ? { lostRecords } : {}), integrity, logs, attachments, ...(dropped ? { attachmentsDropped: dropped } : {}), sandboxOutDir };
 }

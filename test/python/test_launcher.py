@@ -447,3 +447,35 @@ def test_a_path_plugin_that_does_not_import_ends_the_rank_as_a_broken_conftest_d
     assert [e["exit_code"] for e in run.integrity] == [4, 4]
     for rank in range(2):
         assert "the package is broken" in run.log(rank) and "ImportError while loading conftest" in run.log(rank)
+
+
+ATTACHING_TEST = '''
+import os
+
+from infradev_outputs import OUT_DIR_ENV, rank_name, write_atomic
+
+
+def test_records_for_the_host():
+    rank = int(os.environ["RANK"])
+    fd = os.open(os.environ[OUT_DIR_ENV], os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        write_atomic(rank_name(rank, "differential.json"), ('{"rank": %d}' % rank).encode(), fd)
+    finally:
+        os.close(fd)
+'''
+
+
+def test_records_a_probe_writes_for_the_host_leave_in_the_bundle_and_stale_ones_do_not(scratch, tmp_path):
+    """rank<r>.differential.json (the golden-differential recorder's output) travels whole in the
+    bundle's `attachments`; one left in the out dir by an earlier run (or planted) is removed first."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rank1.differential.json").write_text('{"planted": true}')
+    run = scratch({"test_rec.py": ATTACHING_TEST}, 2)
+    assert run.returncode == 0, run.stderr
+    got = {(a["rank"], a["name"]): a["text"] for a in run.bundle["attachments"]}
+    assert got == {(0, "differential.json"): '{"rank": 0}', (1, "differential.json"): '{"rank": 1}'}
+    assert run.bundle["attachments_dropped"] == 0
+    # a session that writes none carries none, even where an earlier run left some
+    run = scratch({"test_rec.py": "def test_records_for_the_host():\n    pass\n"}, 2)
+    assert run.bundle["attachments"] == [] and run.bundle["attachments_dropped"] == 0

@@ -15,6 +15,9 @@ budgets are bytes of the serialized JSON, measured, so the whole line is at most
                summary; up to 2 MiB in all (then 4 KiB tails, then left out).
   launch       events <= 100 (detail <= 2048 chars), collection errors <= 100 (message <= 4096),
                notes <= 20, pytest args as given (the host chose them), up to 3 MiB.
+  attachments  per rank, the records a probe wrote for the host to judge (rank<r>.differential.json:
+               python/host/infradev_differential.py), each whole or not at all, up to 24 MiB in all
+               (then left out, counted in `attachments_dropped`: the host reads that as records missing).
 10,000 tests on 2 ranks keep every record: in full when they pass (~9 MiB with 100-char ids); when all fail with
 short tracebacks the later ones are reduced (~19 MiB in all).
 """
@@ -43,8 +46,9 @@ CAPS = {
     "collection_errors": 100,
     "collection_error_chars": 4096,
     "notes": 20,
+    "attachments_bytes": 24 * MIB,
 }
-BUNDLE_MAX = 32 * MIB
+BUNDLE_MAX = 56 * MIB
 
 
 def dumps(obj):
@@ -166,8 +170,22 @@ def capped_launch(launch):
     return text
 
 
-def bundle_line(nonce, launch, collected, per_rank, integrity, logs):
+def attachments_json(attachments):
+    """attachments: [(rank, name, bytes)] -> (JSON of [{rank, name, text}] within the budget, dropped)."""
+    parts, used, dropped = [], 0, 0
+    for rank, name, data in attachments:
+        text = dumps({"rank": rank, "name": name, "text": data.decode("utf-8", "replace")})
+        if used + len(text) > CAPS["attachments_bytes"]:
+            dropped += 1
+            continue
+        parts.append(text)
+        used += len(text) + 1
+    return "[" + ",".join(parts) + "]", dropped
+
+
+def bundle_line(nonce, launch, collected, per_rank, integrity, logs, attachments=()):
     """The whole line, newline included."""
+    attachments_text, attachments_dropped = attachments_json(attachments)
     ranks_text, records_dropped = ranks_json(per_rank)
     collected_text, collected_dropped = collected_json(collected)
     body = "".join((
@@ -180,6 +198,8 @@ def bundle_line(nonce, launch, collected, per_rank, integrity, logs):
         ',"records_dropped":%d' % records_dropped,
         ',"integrity":', integrity_json(integrity),
         ',"logs":', logs_json(logs),
+        ',"attachments":', attachments_text,
+        ',"attachments_dropped":%d' % attachments_dropped,
         ',"caps":', dumps(CAPS),
         "}",
     ))

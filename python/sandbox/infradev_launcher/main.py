@@ -416,7 +416,7 @@ def run(cfg, stop):
         launch["notes"].append("could not write launch.json: %s" % exc)
     known = set(collected or []) | {i for recs in per_rank for i in recs}
     checks = integrity.integrity(cfg, sessions, known)
-    return launch, {"collected": collected or [], "per_rank": per_rank, "integrity": checks, "logs": _bundle_logs(cfg)}
+    return launch, {"collected": collected or [], "per_rank": per_rank, "integrity": checks, "logs": _bundle_logs(cfg), "attachments": _bundle_attachments(cfg)}
 
 
 def _bundle_logs(cfg):
@@ -435,6 +435,22 @@ def _bundle_logs(cfg):
     data = read_bytes("torchrun.log", cfg.out_fd, cap=cap, tail=True)
     if data:
         out.append(("torchrun.log", data))
+    return out
+
+
+def _bundle_attachments(cfg):
+    """(rank, name, bytes) of the records probes wrote for the host to judge (ATTACHMENTS), each whole
+    (a file over its cap is left out, never cut: the host then reads its records as missing)."""
+    from infradev_outputs import ATTACHMENTS, rank_name, read_bytes
+
+    from .bundle import CAPS
+
+    out = []
+    for rank in range(cfg.nproc):
+        for suffix in ATTACHMENTS:
+            data = read_bytes(rank_name(rank, suffix), cfg.out_fd, cap=CAPS["attachments_bytes"] + 1)
+            if data is not None and len(data) <= CAPS["attachments_bytes"]:
+                out.append((rank, suffix, data))
     return out
 
 
@@ -554,7 +570,7 @@ def main(argv=None):
     sys.stderr.flush()
     logs = parts["logs"] + [("launcher.txt", ("\n".join([line] + list(launch.get("notes") or [])) + "\n").encode("utf-8", "replace"))]
     try:
-        text = bundle_line(nonce, launch, parts["collected"], parts["per_rank"], parts["integrity"], logs)
+        text = bundle_line(nonce, launch, parts["collected"], parts["per_rank"], parts["integrity"], logs, parts["attachments"])
     except Exception as exc:  # noqa: BLE001 - still a bundle, saying why there are no records
         launch = _launch_error(cfg.nproc, cfg.launcher, "launcher failure while building the bundle: %r" % (exc,))
         text = minimal_bundle_line(nonce, launch)

@@ -78,8 +78,10 @@ export interface GradeOptions {
  * 5: every suite at each graded world size (ids `ws<N>/…` when not just `[ranks]`); early stop (`partial`).
  * 6: the probes beside the official tests, at their depth (a submission that behaves only for callers
  *    one folder deeper, or in another folder, was resolved under 5); pass_to_pass counted in Set A.
+ * 7: golden-differential rules judged on the host against golden's records from a session of its own
+ *    (under 6 golden's package was staged beside the probes, where a submission could reach it).
  */
-export const GRADING_RULES = 6;
+export const GRADING_RULES = 7;
 
 export interface GradeMeta {
   grading_rules: number;

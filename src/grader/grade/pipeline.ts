@@ -6,7 +6,8 @@ import { applyPatch } from "../workspace/apply.js";
 import { writeJsonAtomic } from "../../lib/json.js";
 import { checkPatch } from "../workspace/patch-check.js";
 import { runRanks } from "../../runner/ranks.js";
-import { GradingInterrupted, planSessions, runSessions, type SessionPlan, type StopRule } from "./sessions.js";
+import { differentialJudge } from "./differential-judge.js";
+import { GradingInterrupted, planSessions, runSessions, type SandboxFactory, type SessionPlan, type StopRule } from "./sessions.js";
 import type { ConfigRevert, PytestPin } from "../workspace/harness-files.js";
 import type { ApplyMethod, CaseRecord, CollectionError, PartialRun, SessionResult } from "./types.js";
 import { captureWorkspaceState, restoreWorkspaceState } from "../workspace/fresh-state.js";
@@ -21,11 +22,7 @@ import { freshWorkspace, installGradingTests, pytestPinFor, removeWorkspace, rev
  * apply.log, sessions/, logs/).
  */
 
-/**
- * Makes the grader's sandbox over a fresh workspace (the CLI passes one built on createSandbox).
- * `readOnlyOverlays`: host folders (the staged tests) to bind read-only at `<repo>/<rel>` (Contract C).
- */
-export type SandboxFactory = (args: { task: GraderTask; hostRepoDir: string; readOnlyOverlays?: Array<{ host: string; rel: string }> }) => Promise<Sandbox>;
+export type { SandboxFactory } from "./sessions.js";
 
 export interface RunSubmissionOptions {
   task: GraderTask;
@@ -116,6 +113,18 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
     const reverts = { revertedTestEdits: install.reverted, revertedTestConfig: configReverts, pytestPin: pin };
     // The post-PR state every session starts from (fresh-state.ts), kept outside the workspace.
     const state = captureWorkspaceState(ws.repoDir, join(ws.root, "grading", "state"));
+    // Golden-differential rules are judged on the host against golden's records from its own session.
+    const judge = differentialJudge({
+      task,
+      runKey: opts.runKey,
+      sandboxFactory: opts.sandboxFactory,
+      map: install.staged.map,
+      probeFiles: install.staged.probeFiles,
+      shrink: !opts.failFast,
+      artifactDir,
+      ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
     const out = await runSessions({
       openSandbox: () => opts.sandboxFactory({ task, hostRepoDir: ws.repoDir, readOnlyOverlays: install.staged.overlays }),
       resetWorkspace: () => restoreWorkspaceState(state),
@@ -129,6 +138,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       signal: opts.signal,
       ...(opts.stopWhen ? { stopWhen: opts.stopWhen } : {}),
       ...(opts.failFast ? { failFast: opts.failFast } : {}),
+      ...(judge ? { judge } : {}),
     });
     const lostPlans = plans.filter((p) => out.sessions.some((s) => s.file === p.fileName && s.lost_records));
     return {

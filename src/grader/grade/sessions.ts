@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { MergedCase } from "../../runner/merge.js";
-import { runRanks, type LaunchSummary } from "../../runner/ranks.js";
+import { runRanks, type LaunchSummary, type RankAttachment } from "../../runner/ranks.js";
 import type { Sandbox } from "../../sandbox/types.js";
 import type { GraderTask } from "../../task/hidden/grader-task.js";
 import type { TaskSpec } from "../../task/public/schema.js";
@@ -37,8 +37,9 @@ import type { Progress } from "../../lib/progress.js";
  * 3: official tests and probes always in separate sessions, each from the same fresh state.
  * 4: a session per world size (`ranks` in the key; `ws<N>/` ids and `<mode>.ws<N>.<name>` files when not just `[ranks]`).
  * 5: the probes beside the official tests (same folder and depth), their conftest loaded as a plugin.
+ * 6: golden-differential cases judged on the host against golden's records from its own session.
  */
-export const SESSION_FORMAT = 5;
+export const SESSION_FORMAT = 6;
 
 /**
  * The world sizes a grade runs every suite at, ascending: `override` alone (`grade --ranks N`), else
@@ -264,6 +265,32 @@ export interface RunSessionsOptions {
    * them). A session cut short keeps the cases that ran; those it never reached are not run.
    */
   failFast?: (plan: SessionPlan) => string[];
+  /**
+   * Asked after each probe session that ran cleanly (not one reused from an earlier run): the
+   * session's cases with the verdicts only the host can give — the golden-differential rules
+   * (differential-judge.ts), from the records the ranks attached. The session file keeps its answer.
+   */
+  judge?: (ctx: JudgeContext) => Promise<CaseRecord[]>;
+}
+
+/**
+ * Makes the grader's sandbox over a fresh workspace (the CLI passes one built on createSandbox).
+ * `readOnlyOverlays`: host folders (the staged tests) to bind read-only at `<repo>/<rel>` (Contract C).
+ */
+export type SandboxFactory = (args: { task: GraderTask; hostRepoDir: string; readOnlyOverlays?: Array<{ host: string; rel: string }> }) => Promise<Sandbox>;
+
+/** What a session judge (RunSessionsOptions.judge) gets. */
+export interface JudgeContext {
+  plan: SessionPlan;
+  /** The session's scored cases as the ranks reported them. */
+  cases: CaseRecord[];
+  attachments: RankAttachment[];
+  attachmentsDropped: number;
+  /**
+   * The same session's workspace and sandbox set-up once more (fresh state, fresh sandbox) with
+   * other pytest arguments and extra environment; its attachments, or why there are none.
+   */
+  rerun: (pytestArgs: string[], env: Record<string, string>) => Promise<{ attachments: RankAttachment[]; problem?: string }>;
 }
 
 export interface SessionsOutcome {
@@ -379,13 +406,17 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
     const canaryCases = r.cases.filter((c) => mapCaseId(staged.map, c.id)?.suite === "canary");
     // Cut short (fail fast): a case no rank ran (missing, or stopped by the launcher on every rank) did not run.
     const ran = r.launch?.status === "fail_fast" ? r.cases.filter((c) => c.ranks.some((x) => x.outcome !== "missing" && !x.killed)) : r.cases;
+    let cases = lostRecords ? [] : mapSession(staged.map, ran, plan.idPrefix, r.launch?.status, say, new Set(spec.pass_to_pass?.paths ?? []));
+    if (opts.judge && plan.name === "probe" && !lostRecords && !harnessError) {
+      cases = await opts.judge({ plan, cases, attachments: r.attachments, attachmentsDropped: r.attachmentsDropped ?? 0, rerun: (args, env) => rerun(plan, args, env) });
+    }
     const result: SessionResult = {
       key,
       mode: plan.mode,
       session: plan.name,
       ranks: plan.ranks,
       file: name,
-      cases: lostRecords ? [] : mapSession(staged.map, ran, plan.idPrefix, r.launch?.status, say, new Set(spec.pass_to_pass?.paths ?? [])),
+      cases,
       collection_errors: lostRecords ? [] : collectionErrors(r.launch, plan.idPrefix, say),
       launch_status: r.launch?.status ?? null,
       canaries: plan.canaries.map((c) => ({ id: c.real, expected: c.expected, ranks: canaryCases.find((m) => m.id === c.installed)?.ranks.map((rc) => rc.outcome) ?? [] })),
@@ -404,6 +435,33 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
     if (partial) return stopped(partial);
   }
   return { sessions, reused, tamperEvidence: evidence(), lostRecords: lost() };
+
+  async function rerun(plan: SessionPlan, pytestArgs: string[], env: Record<string, string>): Promise<{ attachments: RankAttachment[]; problem?: string }> {
+    await opts.resetWorkspace?.();
+    let sandbox: Sandbox;
+    try {
+      sandbox = await opts.openSandbox();
+    } catch (e) {
+      return { attachments: [], problem: `sandbox could not start: ${(e as Error).message}` };
+    }
+    try {
+      const r = await runRanks(sandbox, {
+        ranks: plan.ranks,
+        pytestArgs,
+        ...(plan.pluginFiles.length ? { plugins: plan.pluginFiles.map((f) => `path:${f}`) } : {}),
+        outDir: `.infradev/grade/${plan.mode}`,
+        perTestTimeoutSec: spec.timeout_sec,
+        runTimeoutSec: spec.run_timeout_sec,
+        env: { ...plan.env, ...env },
+        signal: opts.signal,
+      });
+      if (opts.signal?.aborted) throw new GradingInterrupted(`${plan.fileName}: grading interrupted`);
+      const problem = r.harnessError ?? r.lostRecords;
+      return { attachments: r.attachments, ...(problem ? { problem } : {}) };
+    } finally {
+      await sandbox.close();
+    }
+  }
 
   function stopped(partial: PartialRun): SessionsOutcome {
     opts.onProgress?.(`stopping early after ${partial.stopped_after}: skipping ${partial.skipped.join(", ")}`);

@@ -143,10 +143,10 @@ export function loadGraderTask(idOrPath: string, tasksRoot = bundledTasksDir()):
   };
   if (deriveGolden) Object.defineProperty(hidden, "goldenPatch", { get: () => derived().goldenPatch, enumerable: true });
   if (differential) {
-    // Built on the first read (a listing of tasks needs no golden package).
+    // Built on the first read (a listing of tasks needs none of it).
     let derivedProbes: string | null = null;
     Object.defineProperty(hidden, "probesDir", {
-      get: () => (derivedProbes ??= materialiseDifferentialProbes({ taskDir, spec, probesDir, goldenPatch: hidden.goldenPatch, loaded: differential, label: pub.label })),
+      get: () => (derivedProbes ??= materialiseDifferentialProbes({ probesDir, loaded: differential, label: pub.label })),
       enumerable: true,
     });
   }
