@@ -48,7 +48,12 @@ export function acceptanceProblems(kind: AcceptanceKind, result: GradeResult, fa
       // The base may pass weak official tests (a performance PR's often do); the probes must catch it.
       if (result.with_probes.resolved) out.push("the pre-PR base is resolved in Set B: the probes do not test what the PR changes");
       // Pass-to-pass means passing before the PR too: a case the base fails belongs in official_tests (or a deselect).
-      if (result.pass_to_pass && result.pass_to_pass.resolved_strict === false) out.push(`the pre-PR base fails pass-to-pass case(s) gold passes (fail-to-pass: move them to official_tests, or deselect them with a reason): ${list(result.cases.filter((c) => c.suite === "pass_to_pass" && c.label).map((c) => c.id))}`);
+      if (result.pass_to_pass && result.pass_to_pass.resolved_strict === false) {
+        const p2p = result.cases.filter((c) => c.suite === "pass_to_pass" && c.outcome !== "passed");
+        const failed = p2p.filter((c) => c.outcome !== "not_run");
+        if (failed.length) out.push(`the pre-PR base fails pass-to-pass case(s) gold passes (fail-to-pass: move them to official_tests, or deselect them with a reason): ${list(failed.map((c) => `${c.id} (${c.outcome})`))}`);
+        else out.push(`the pre-PR base's pass-to-pass case(s) did not run, so the check cannot tell whether they pass before the PR: ${list(p2p.map((c) => c.id))}`);
+      }
       break;
     default:
       if (result.official.resolved || result.with_probes.resolved) out.push("resolved, but must not be");

@@ -368,7 +368,7 @@ async function calibrateGold({ task, opts, worldSizes, add, say }: CheckContext)
   return { cal, handle, fingerprint, taskHash, goldProbes, skippedProbes };
 }
 
-type GradeExtra = { baseAsIs?: boolean; stopEarly?: boolean; stopWhen?: StopRule };
+type GradeExtra = { baseAsIs?: boolean; stopEarly?: boolean; failFast?: boolean; stopWhen?: StopRule };
 type Grade = (name: string, patchFile: string | null, outDir: string, extra?: GradeExtra) => ReturnType<typeof gradeSubmission>;
 
 /**
@@ -441,6 +441,9 @@ async function gradeControls({ task, opts, scratch, add, say }: CheckContext, { 
   const lone = planned.filter((p) => p.kind === "hollow" || p.kind === "hollow-generated").length === 1;
   const stopRule = (p: Planned): GradeExtra => {
     if (opts.fullGrades) return {};
+    // The base's pass-to-pass cases must all run (a base that fails them is a task error): its
+    // official session is not cut at the first failure, only the sessions after it are skipped.
+    if (p.kind === "base" && task.fullSpec.pass_to_pass) return { stopEarly: true, failFast: false };
     if (p.kind === "base" || (lone && (p.kind === "hollow" || p.kind === "hollow-generated"))) return { stopEarly: true };
     if (p.kind === "adversarial" && p.breaks?.length) return { stopWhen: adversaryDecided(cal, p.breaks) };
     return {};

@@ -148,7 +148,9 @@ export function scoreSubmission(gold: readonly GoldView[], run: SubmissionOutcom
       // (sessions.ts): a stop in an official session leaves Set A incomplete; any stop leaves Set B incomplete.
       if (run.partial.stopped_suite === "official") {
         setA = unresolved(setA);
-        setP2p = unresolved(setP2p);
+        // Pass-to-pass stands on its own cases: complete when every one of them ran (an official
+        // session run whole, then the stop: how task check grades the base of a task that has them).
+        if (!passToPass.every((g) => sub.has(g.id))) setP2p = unresolved(setP2p);
       }
       setB = unresolved(setB);
     }

@@ -114,5 +114,18 @@ describe("pass_to_pass graded on the local sandbox (1 rank)", () => {
     expect(acceptanceProblems("base", base, failingCases(base, () => null))).toEqual([]);
     // A pass-to-pass case the base fails is the author's error (it is fail-to-pass), which task check names.
     expect(acceptanceProblems("base", reg, failingCases(reg, () => null)).join("\n")).toMatch(/the pre-PR base fails pass-to-pass case\(s\) gold passes .*test_scale_default_factor/);
+
+    // As task check grades the base of a task with pass_to_pass: stop after the official session, but
+    // run that session whole (cut at its first failure, the older modules may never run: installed
+    // names are random, so their order is too).
+    const checkBase = (await gradeSubmission({ task, patchFile: null, baseAsIs: true, stopEarly: true, failFast: false, outDir: join(root, "out-base-check"), calibrationDir: cacheDir, sandboxFactory })).result;
+    expect(checkBase.partial?.skipped.length).toBeGreaterThan(0); // the probe session was not needed
+    expect(checkBase.pass_to_pass).toMatchObject({ n_cases: 2, passed: 2, resolved_strict: true });
+    expect(acceptanceProblems("base", checkBase, failingCases(checkBase, () => null))).toEqual([]);
+    // Pass-to-pass cases that did not run are not called failures of the base: the check says they did not run.
+    const notRun = { ...base, pass_to_pass: { ...base.pass_to_pass!, passed: 0, resolved: false, resolved_strict: false }, cases: base.cases.map((c) => (c.suite === "pass_to_pass" ? { ...c, outcome: "not_run" as const } : c)) };
+    const said = acceptanceProblems("base", notRun, failingCases(notRun, () => null)).join("\n");
+    expect(said).toMatch(/pass-to-pass case\(s\) did not run.*test_scale_default_factor/);
+    expect(said).not.toMatch(/fails pass-to-pass/);
   }, 300_000);
 });
