@@ -2,6 +2,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { execa } from "execa";
 import { hostPythonDir } from "../../lib/paths.js";
+import { DIFFERENTIAL_RUNNER } from "../../task/hidden/differential.js";
 import type { GraderTask } from "../../task/hidden/grader-task.js";
 import { applyPatch } from "../workspace/apply.js";
 import { freshWorkspace, removeWorkspace, stagedDirs, type GradingWorkspace } from "../workspace/workspace.js";
@@ -110,8 +111,12 @@ export async function interfaceContract(task: GraderTask, opts: AnalysisOptions)
     const byQual = new Map<string, ContractSymbol>();
     for (const [raw, prefix] of [[tests.symbols, ""], [probes.symbols, "probes/"]] as const) {
       for (const s of raw) {
+        // The differential recorder is the grader's own code staged with the probes, not the author's:
+        // a name it uses (struct's pack / unpack) says nothing about what the probes test.
+        const refs = prefix ? s.referenced_at.filter((at) => !at.startsWith(`${DIFFERENTIAL_RUNNER}:`)) : s.referenced_at;
+        if (!refs.length) continue;
         const sym = byQual.get(s.qualname) ?? { name: s.name, kind: s.kind, qualname: s.qualname, definedAt: s.defined_at, referencedAt: [] };
-        for (const at of s.referenced_at) if (sym.referencedAt.length < 5) sym.referencedAt.push(prefix + at);
+        for (const at of refs) if (sym.referencedAt.length < 5) sym.referencedAt.push(prefix + at);
         byQual.set(s.qualname, sym);
       }
     }

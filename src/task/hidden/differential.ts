@@ -32,6 +32,9 @@ export interface LoadedDifferential {
 /** The generated files' names inside the probes folder (a task's own probe must not use them). */
 export const DIFFERENTIAL_FILES = ["test_differential.py", "differential_runner.py", "differential_driver.py"] as const;
 
+/** The recorder's name in the probes folder (the grader's own code, copied from python/host/). */
+export const DIFFERENTIAL_RUNNER = "differential_runner.py";
+
 /** The generated module's real path among the probes (its cases are `<this>::test_<rule id with _>`). */
 export const DIFFERENTIAL_MODULE = "test_differential.py";
 
@@ -136,7 +139,7 @@ export function materialiseDifferentialProbes(opts: { probesDir: string; loaded:
     mkdirSync(tmp, { recursive: true });
     cpSync(probesDir, join(tmp, "probes"), { recursive: true, filter: (src) => !src.includes("__pycache__") });
     const out = join(tmp, "probes");
-    writeFileSync(join(out, "differential_runner.py"), runner);
+    writeFileSync(join(out, DIFFERENTIAL_RUNNER), runner);
     writeFileSync(join(out, "differential_driver.py"), driver);
     writeFileSync(join(out, "test_differential.py"), differentialTestModule(loaded.spec, "hidden/differential.yaml"));
     writeFileSync(join(tmp, "done"), `${key}\n`);
