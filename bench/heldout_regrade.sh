@@ -6,8 +6,10 @@
 set -u
 TASK=${TASK:-weight-sync-delta}
 OUT=${OUT:-/tmp/heldout-regrade}
-WORK=$(mktemp -d /tmp/infradev-heldout-XXXXXX)
+# WORK=<the folder of an interrupted run> resumes it (grade-many keeps finished runs).
+WORK=${WORK:-$(mktemp -d /tmp/infradev-heldout-XXXXXX)}
 mkdir -p "$OUT" "$WORK/preds"
+rm -rf "$WORK/preds"; mkdir -p "$WORK/preds"
 for p in bench/heldout/$TASK/*.patch; do n=$(basename "$p" .patch); cp "$p" "$WORK/preds/$TASK--${n//_/-}.patch"; done
 T0=$(date +%s)
 node dist/cli/main.js grade-many --predictions "$WORK/preds" --out "$WORK/camp" --sandbox local \
