@@ -96,16 +96,20 @@ def ranks_json(per_rank):
     return "[" + ",".join(parts) + "]", sum(dropped)
 
 
-def collected_json(ids):
+def _within(texts, cap):
+    """JSON texts -> (a JSON list of those that fit in `cap` bytes, in order; how many did not)."""
     kept, used, dropped = [], 0, 0
-    for nodeid in ids:
-        text = dumps(nodeid[:CAPS["nodeid_chars"]])
-        if used + len(text) > CAPS["collected_bytes"]:
+    for text in texts:
+        if used + len(text) > cap:
             dropped += 1
             continue
         kept.append(text)
         used += len(text) + 1
     return "[" + ",".join(kept) + "]", dropped
+
+
+def collected_json(ids):
+    return _within((dumps(nodeid[:CAPS["nodeid_chars"]]) for nodeid in ids), CAPS["collected_bytes"])
 
 
 def integrity_json(entries):
@@ -172,15 +176,8 @@ def capped_launch(launch):
 
 def attachments_json(attachments):
     """attachments: [(rank, name, bytes)] -> (JSON of [{rank, name, text}] within the budget, dropped)."""
-    parts, used, dropped = [], 0, 0
-    for rank, name, data in attachments:
-        text = dumps({"rank": rank, "name": name, "text": data.decode("utf-8", "replace")})
-        if used + len(text) > CAPS["attachments_bytes"]:
-            dropped += 1
-            continue
-        parts.append(text)
-        used += len(text) + 1
-    return "[" + ",".join(parts) + "]", dropped
+    texts = (dumps({"rank": rank, "name": name, "text": data.decode("utf-8", "replace")}) for rank, name, data in attachments)
+    return _within(texts, CAPS["attachments_bytes"])
 
 
 def bundle_line(nonce, launch, collected, per_rank, integrity, logs, attachments=()):

@@ -88,7 +88,7 @@ export interface DifferentialJudgeOptions {
 export function differentialJudge(opts: DifferentialJudgeOptions): ((ctx: JudgeContext) => Promise<CaseRecord[]>) | undefined {
   const diff = opts.task.hidden.differential;
   if (!diff) return undefined;
-  const installed = Object.entries(opts.map.files).find(([, f]) => f.real === `${PROBES_DIR}/${DIFFERENTIAL_MODULE}`)?.[0];
+  const installed = installedDifferential(opts.map);
   return async (ctx) => {
     const { plan } = ctx;
     const prefix = `${plan.idPrefix}${PROBES_DIR}/${DIFFERENTIAL_MODULE}::`;
@@ -131,6 +131,11 @@ export function differentialJudge(opts: DifferentialJudgeOptions): ((ctx: JudgeC
     writeJsonAtomic(join(opts.artifactDir, `differential.${plan.fileName}.json`), { compared: answer.compared, failures: details });
     return out;
   };
+}
+
+/** The differential module's installed (random) name in an install, if the install has it. */
+function installedDifferential(map: InstallMap): string | undefined {
+  return Object.entries(map.files).find(([, f]) => f.real === `${PROBES_DIR}/${DIFFERENTIAL_MODULE}`)?.[0];
 }
 
 function clip(s: string, n: number): string {
@@ -206,7 +211,7 @@ async function runGolden(opts: DifferentialJudgeOptions, plan: SessionPlan, env:
     if (!applied.applied) throw new Error(`${task.id}: the golden patch does not apply: ${applied.reason}`);
     await revertTestConfig(task, ws, applied.paths);
     const install = await installGradingTests(task, ws, applied.paths);
-    const installed = Object.entries(install.staged.map.files).find(([, f]) => f.real === `${PROBES_DIR}/${DIFFERENTIAL_MODULE}`)?.[0];
+    const installed = installedDifferential(install.staged.map);
     if (!installed) throw new Error(`${task.id}: the differential module was not installed for golden's session`);
     const pin = pytestPinFor(ws.repoDir);
     let sandbox: Sandbox;
