@@ -9,6 +9,7 @@
 # cases the early stop left unscored (fixed since: the base runs its official session whole and
 # pass-to-pass stands on its own cases); 16 mutants: 14 killed by the official tests, 2 by probes, 0
 # survived (29 equivalent of 354): 1.000. bench/gpu_check_megatron-param-layout_p2p.json.
+# Run 2026-12-03 after the base/pass-to-pass fix (HARD_S=420 MUTANTS=16 TIME_LIMIT_MIN=3; check 320 s of 321 s wall, rc 0): passed, every row ok, base too (its official session ran whole, 0 p2p cases failing); 16 mutants: 14 killed by official tests, 2 by probes, 0 survived (29 equivalent): 1.000. bench/gpu_check_megatron-param-layout_p2p_fixed.json.
 set -u
 OUT=${OUT:-/tmp/gpu-check-layout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -12,6 +12,7 @@
 # .device/i25:
 #   run(command="bash bench/gpu_issue25.sh", carry=["dist", ".device/i25"], timeout_s=600)
 # Knobs: SKIP_CURATE=1 (the check alone), MUTANTS=10 JOBS=8 TIME_LIMIT_MIN=3 CHECK_S=330 CURATE_S=300 (seconds per step).
+# Run 2026-12-03 (SKIP_CURATE=1 MUTANTS=10 JOBS=8 TIME_LIMIT_MIN=3 CHECK_S=400, carry dist .device/i25 .device/p2p, the #4028 bundle copied from .device/p2p into .device/i25 on the device first since .device/i25 held none; 307 s wall, check 300 s, rc 0): task check megatron-fp32-local-accum passed, every row ok incl. base; 10 mutants: 7 killed by official tests, 3 by probes, 0 survived (1 equivalent of 72): 1.000. bench/gpu_check_megatron-fp32-local-accum_p2p.json.
 set -u
 C=.device/i25
 SHALLOW_3812=40627d00d96cef74aceab35e0e3c170e900f3aff
