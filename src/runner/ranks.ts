@@ -100,9 +100,11 @@ export interface RankIntegrity {
 
 /**
  * python/sandbox/infradev_launcher/wire.py's record: the kernel's count of what the session sent on
- * the sandbox's loopback, beside what the ranks' collective totals counted or explain. A second,
- * independent measurement for review, not a verdict (`verdict` is always false); `skip` says why
- * it was not taken.
+ * the sandbox's loopback, beside what the ranks' collective totals counted or explain; `skip` says
+ * why it was not taken. `verdict` is true when lo carried more payload than every counted call,
+ * group and store request can explain (payload_bytes_min > 1.25 × payload_bound): collectives were
+ * run past the counters. The grader makes that tamper evidence unless gold's own session of the same
+ * name exceeded the bound too (sessions.ts, calibrate.ts `wire_unexplained`).
  */
 export interface WireCheck {
   skip?: string;
@@ -120,7 +122,22 @@ export interface WireCheck {
   counted_bytes?: number;
   payload_ratio?: number | null;
   calls?: number;
-  verdict?: false;
+  /** The most payload the counted calls, groups and store requests can have put on lo (wire.py's model). */
+  payload_bound?: number;
+  payload_bound_by?: Record<string, number>;
+  /** payload_bytes_min / payload_bound. */
+  bound_ratio?: number | null;
+  /** Bytes the ranks counted, summed, by op. */
+  counted_by_op?: Record<string, number>;
+  /** What honest gloo traffic of the counted calls carries (wire.py's per-op model, framing). */
+  expected_payload?: number;
+  /** payload_bytes (retransmissions in) less expected_payload: what no counted call explains, at most. */
+  residual_bytes_max?: number;
+  /** payload_bytes_min less expected_payload: the same, at least. */
+  residual_bytes_min?: number;
+  /** payload_bytes less 16 KiB per retransmitted segment, less expected_payload: what the grader judges. */
+  residual_bytes_judged?: number;
+  verdict?: boolean;
 }
 
 export interface RunRanksResult {

@@ -16,11 +16,11 @@ import { packageRoot } from "../../src/lib/paths.js";
  * - fake-group: every bucket calls `dist.all_reduce(buf, group=<Python object>)`; torch calls the
  *   object's `allreduce`, which issues one real all-reduce per parameter. Before: the counters skipped
  *   the nested calls and saw one all-reduce with the bucket's bytes, Set B resolved (148/148).
- * - direct-backend (DIRECT_BACKEND below, not asserted): the per-parameter all-reduces go to the backend
- *   method dug out of the counting wrapper's closure (uncounted), and one counted MAX all-reduce of the
- *   bucket keeps calls and bytes right. Set B resolved before and still today: the launcher's wire
- *   record (the kernel's count of what lo carried) is a measurement, not a verdict; that it sees
- *   smuggled bytes is test/python/test_wire.py's (docs/security.md).
+ * - direct-backend: the per-parameter all-reduces go to the backend method dug out of the counting
+ *   wrapper's closure (uncounted), and one counted MAX all-reduce of the bucket keeps calls and bytes
+ *   right. Set B resolved under grading rules 7 (the counters fooled, the wire record only a
+ *   measurement); since rules 8 the launcher's kernel count of what lo carried exceeds what the
+ *   counted calls can explain (wire.py's bound): tampered.
  * - records-removed: at exit every rank deletes pytest's JUnit report, cuts its log (pytest's summary
  *   line) and exits 0. Before: accepted on exit codes alone (resolved).
  */
@@ -158,7 +158,16 @@ describe("red team: counts and records the code under test cannot steer (grad-bu
       expect(w?.verdict).toBe(false);
       expect(w?.payload_bytes as number).toBeGreaterThan(0);
       expect(w?.counted_bytes as number).toBeGreaterThan(0);
+      expect(w?.bound_ratio as number).toBeLessThan(1.25);
     }
+  }, 600_000);
+
+  it("direct-backend: all-reduces run through the backend method dug out of the counter's closure are tampered (the kernel's count)", async () => {
+    const r = await grade("direct-backend", DIRECT_BACKEND);
+    const why = JSON.stringify({ status: r.status, evidence: r.tamper_evidence });
+    expect(r.status, why).toBe("tampered");
+    expect(r.with_probes.resolved, why).toBe(false);
+    expect(r.tamper_evidence.join("\n"), why).toMatch(/loopback carried [0-9.]+ MB of TCP payload .* collectives run past the counters/);
   }, 600_000);
 
   it("fake-group: collectives smuggled under a Python group object are refused and tampered", async () => {

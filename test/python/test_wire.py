@@ -3,9 +3,10 @@ namespace (bwrap --unshare-net, as the local sandbox runs them): an adversary wh
 counters digs the uncounted backend method out of the counting wrapper's closure and smuggles an
 all-reduce past the counters; the kernel's count of the bytes lo carried still holds it.
 
-The record is a measurement, not a verdict (docs/security.md): these tests assert that it is taken
-and that it sees what the counters miss, on payloads large enough that the set-up traffic and the
-retransmissions lo sees under load are small beside them."""
+These tests assert that the record is taken, that it sees what the counters miss (on payloads large
+enough that the set-up traffic and the retransmissions lo sees under load are small beside them),
+and the launcher's verdict: the smuggled session is beyond the bound its counted calls allow, the
+honest one within (the grader's gold-referenced rule is src/grader/grade/wire-judge.ts's)."""
 
 import os
 import shutil
@@ -76,7 +77,6 @@ def test_bytes_smuggled_past_the_counters_show_in_the_wire_record(tmp_path):
     payload = 2 * N * FLOATS * 4  # what the two ranks counted; a ring all-reduce at w=2 sends each rank's tensor once
     for rec in (honest, smuggled):
         assert "skip" not in rec, rec
-        assert rec["verdict"] is False
         # The counters were fooled: the same calls and bytes in both sessions (plus the fixture's closing barrier).
         assert rec["counted_bytes"] == payload and rec["calls"] == 2 * (N + 1), rec
     # The kernel was not: it carried the honest payload once, the smuggled one twice. The lower bound
@@ -84,3 +84,11 @@ def test_bytes_smuggled_past_the_counters_show_in_the_wire_record(tmp_path):
     assert payload <= honest["payload_bytes"] <= 1.25 * payload, honest
     assert smuggled["payload_bytes_min"] >= 1.9 * payload, smuggled
     assert smuggled["payload_bytes_min"] > honest["payload_bytes"] + 0.8 * payload, (honest, smuggled)
+    # The launcher's verdict (wire.py's payload bound): the honest session within it, the smuggled
+    # one beyond 1.25 x what its counted calls can carry. The residual (payload less what the counted
+    # calls are expected to carry) is about the smuggled payload, and near nothing honest.
+    assert honest["verdict"] is False and honest["bound_ratio"] < 1.25, honest
+    assert smuggled["verdict"] is True, smuggled
+    assert honest["residual_bytes_judged"] < 0.1 * payload, honest
+    assert smuggled["residual_bytes_judged"] > 0.8 * payload, smuggled
+    assert honest["counted_by_op"] == smuggled["counted_by_op"] == {"all_reduce": payload, "barrier": 0}, (honest, smuggled)

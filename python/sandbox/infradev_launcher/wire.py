@@ -62,6 +62,56 @@ SEGMENTS_PER_CALL = {
     "send": lambda w: 4,
     "recv": lambda w: 2,
 }
+# The payload bound (the verdict): at most how many TCP payload bytes the counted calls can have put
+# on lo. Per byte a rank counted, by op, at world size w (gloo, torch 1.13, measured 2026-12-03 with
+# 1 MiB tensors at w = 2, 3, 4: all_reduce 1.000 / 1.337 / 1.501 = 2(w-1)/w; all_gather 1.008 / 2.000
+# / 3.002 = w-1; broadcast, gather, scatter, all_to_all_single (w-1)/w; reduce (w^2-1)/w^2; a send
+# its tensor once, a recv nothing). An op not listed gets the largest, w-1.
+BYTES_PER_COUNTED_BYTE = {
+    "all_reduce": lambda w: 2.0 * (w - 1) / w,
+    "all_reduce_coalesced": lambda w: 2.0 * (w - 1) / w,
+    "broadcast": lambda w: 1.0,
+    "gather": lambda w: 1.0,
+    "scatter": lambda w: 1.0,
+    "reduce": lambda w: 1.0,
+    "all_to_all": lambda w: 1.0,
+    "all_to_all_single": lambda w: 1.0,
+    "send": lambda w: 1.0,
+    "isend": lambda w: 1.0,
+    "recv": lambda w: 0.0,
+    "irecv": lambda w: 0.0,
+    "barrier": lambda w: 0.0,
+}
+_WIDEST = lambda w: float(max(1, w - 1))  # noqa: E731 - all_gather and anything not measured
+# Framing and control messages per counted call and rank: measured at most 186 (w-1) bytes (all_gather
+# of one float: 192, 376, 558 bytes per call at w = 2, 3, 4; all_reduce 91, 128, 148; barrier 92, 183).
+BYTES_PER_CALL = lambda w: 320 * max(1, w - 1)  # noqa: E731
+# A process group made (per rank): its connections' set-up, measured ~490 bytes per rank at w=3.
+BYTES_PER_GROUP = lambda w: 4096 * max(1, w)  # noqa: E731
+BYTES_PER_STORE_OP = 256  # a request and its reply beyond the keys and values counted
+STORE_FACTOR = 4  # a store byte counted by a rank may cross lo as request, reply and a waiter's copy
+BASE_BYTES = lambda w: (64 + 16 * w) << 10  # noqa: E731 - rendezvous and teardown: measured < 2 KiB
+# The expected payload (not a bound): what honest gloo traffic of the counted calls is, op by op, as
+# measured (see BYTES_PER_COUNTED_BYTE), plus framing per call. Its residual (payload less expected)
+# is what no counter explains; the grader compares a submission's residual with gold's own in the
+# same session (src/grader/grade/wire-judge.ts), where a smuggled collective shows however small a
+# share of the session it is.
+EXACT_PER_COUNTED_BYTE = {
+    "broadcast": lambda w: (w - 1.0) / w,
+    "gather": lambda w: (w - 1.0) / w,
+    "scatter": lambda w: (w - 1.0) / w,
+    "all_to_all": lambda w: (w - 1.0) / w,
+    "all_to_all_single": lambda w: (w - 1.0) / w,
+    "reduce": lambda w: (w * w - 1.0) / (w * w),
+}
+FRAMING_PER_CALL = lambda w: 200 * max(1, w - 1)  # noqa: E731 - measured 48-186 (w-1) bytes per call and rank
+# What one retransmitted segment is taken to have carried when judging (not its most, 64 KiB): gloo's
+# retransmissions on lo are small. Measured: gold's grad-bucketing probe session (w=2) carried 60.12,
+# 60.20 and 60.15 MB with 24, 28 and 13 retransmissions, and a submission 67.05 and 67.35 MB with 27
+# and 81: ~5.5 KB per retransmitted segment at most.
+RETRANS_ALLOWANCE = 16384
+# The verdict holds only beyond this multiple of the bound (the bound is already an upper one).
+PAYLOAD_TOLERANCE = 1.25
 BYTES_PER_SEGMENT = 32768  # a large payload travels in segments of up to 64 KiB on lo
 SEGMENTS_PER_GROUP = lambda w: 20 * (w - 1) + 12  # noqa: E731 - measured 29 per rank at w=2, 48 at w=3
 BASE_SEGMENTS = 200  # the launcher's rendezvous, init's store traffic beyond its counted requests
@@ -164,6 +214,7 @@ def clean_comm(obj):
         out[key] = _number(obj.get(key))
         if out[key] is None:
             return None
+    out["store_bytes"] = _number(obj.get("store_bytes")) or 0
     refused = obj.get("refused")
     out["refused"] = [str(r)[:300] for r in refused[:20]] if isinstance(refused, list) else []
     backends = obj.get("backends")
@@ -196,6 +247,34 @@ def explained_parts(comms, world):
     return parts
 
 
+def payload_bound(comms, world):
+    """(bound, parts): the most TCP payload bytes the ranks' counted calls, groups and store requests
+    can have put on lo, by source, before PAYLOAD_TOLERANCE."""
+    parts = {"base": BASE_BYTES(world), "bytes": 0, "calls": 0, "groups": 0, "store": 0}
+    for comm in comms:
+        for op, n in comm["bytes"].items():
+            parts["bytes"] += int(n * BYTES_PER_COUNTED_BYTE.get(op, _WIDEST)(world))
+        parts["calls"] += sum(comm["calls"].values()) * BYTES_PER_CALL(world)
+        parts["groups"] += comm["groups"] * BYTES_PER_GROUP(world)
+        parts["store"] += comm["store_ops"] * BYTES_PER_STORE_OP + comm.get("store_bytes", 0) * STORE_FACTOR
+    return sum(parts.values()), parts
+
+
+def expected_payload(comms, world):
+    """(expected bytes, counted bytes by op): the payload honest gloo traffic of the counted calls puts
+    on lo, as measured per op (EXACT_PER_COUNTED_BYTE, else BYTES_PER_COUNTED_BYTE), with framing."""
+    total = 0.0
+    by_op = {}
+    for comm in comms:
+        for op, n in comm["bytes"].items():
+            by_op[op] = by_op.get(op, 0) + n
+            ratio = EXACT_PER_COUNTED_BYTE.get(op) or BYTES_PER_COUNTED_BYTE.get(op, _WIDEST)
+            total += n * ratio(world)
+        total += sum(comm["calls"].values()) * FRAMING_PER_CALL(world)
+        total += comm["store_ops"] * BYTES_PER_STORE_OP + comm.get("store_bytes", 0)
+    return int(total), by_op
+
+
 def _delta(before, after, key):
     return max(0, after.get(key, 0) - before.get(key, 0))
 
@@ -216,6 +295,9 @@ def check(before, after, comms, world):
     payload = max(0, _delta(before, after, "tx_bytes") - HEADER_V4 * v4 - HEADER_V6 * v6)
     retrans = _delta(before, after, "retrans_segments")
     counted = sum(n for c in comms for n in c["bytes"].values())
+    payload_min = max(0, payload - MAX_SEGMENT_PAYLOAD * retrans)
+    bound, bound_by = payload_bound(comms, world)
+    expected, by_op = expected_payload(comms, world)
     return {
         "measured_segments": measured,
         "explained_segments": explained,
@@ -224,9 +306,20 @@ def check(before, after, comms, world):
         "tx_packets": _delta(before, after, "tx_packets"),
         "retrans_segments": retrans,
         "payload_bytes": payload,
-        "payload_bytes_min": max(0, payload - MAX_SEGMENT_PAYLOAD * retrans),
+        "payload_bytes_min": payload_min,
         "counted_bytes": counted,
         "payload_ratio": round(payload / counted, 3) if counted else None,
         "calls": sum(n for c in comms for n in c["calls"].values()),
-        "verdict": False,
+        "counted_by_op": dict(sorted(by_op.items())[:64]),
+        "expected_payload": expected,
+        # What no counted call explains: at most (raw payload) and at least (retransmissions taken out).
+        "residual_bytes_max": payload - expected,
+        "residual_bytes_min": payload_min - expected,
+        # The residual the grader judges: retransmissions taken out at RETRANS_ALLOWANCE each.
+        "residual_bytes_judged": payload - RETRANS_ALLOWANCE * retrans - expected,
+        "payload_bound": bound,
+        "payload_bound_by": bound_by,
+        "bound_ratio": round(payload_min / bound, 3) if bound else None,
+        # The verdict: lo carried more than every counted call, group and store request can explain.
+        "verdict": payload_min > PAYLOAD_TOLERANCE * bound,
     }

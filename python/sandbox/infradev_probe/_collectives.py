@@ -71,7 +71,7 @@ _active = ()
 _wrappers = {}  # id(original function) -> wrapper
 # Process-wide totals of the whole session, measure() or not: what the launcher compares with the
 # traffic the kernel saw (see totals()).
-_totals = {"calls": {}, "bytes": {}, "groups": 0, "store_ops": 0, "refused": [], "backends": []}
+_totals = {"calls": {}, "bytes": {}, "groups": 0, "store_ops": 0, "store_bytes": 0, "refused": [], "backends": []}
 _real_group_types = frozenset()  # the C++ ProcessGroup / Backend classes, captured at patch time
 _non_member = []  # torch's GroupMember.NON_GROUP_MEMBER sentinel, captured at patch time
 _pg_counting = []  # [True] once the ProcessGroup methods are wrapped (reported in totals())
@@ -298,7 +298,8 @@ def totals():
     refused group= objects."""
     with _lock:
         return {"calls": dict(_totals["calls"]), "bytes": dict(_totals["bytes"]), "groups": _totals["groups"],
-                "store_ops": _totals["store_ops"], "refused": list(_totals["refused"]), "backends": list(_totals["backends"]),
+                "store_ops": _totals["store_ops"], "store_bytes": _totals["store_bytes"], "refused": list(_totals["refused"]),
+                "backends": list(_totals["backends"]),
                 "backend_counting": bool(_pg_counting)}
 
 
@@ -384,11 +385,29 @@ def _process_group_classes():
 STORE_METHODS = ("set", "get", "add", "compare_set", "wait", "check", "delete_key", "num_keys", "multi_get", "multi_set", "append")
 
 
+def _store_arg_bytes(obj, depth=0):
+    """The bytes a store request carries: its keys and values (str, bytes, lists of them)."""
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return len(obj)
+    if isinstance(obj, str):
+        return len(obj.encode("utf-8", "surrogatepass"))
+    if isinstance(obj, (list, tuple)) and depth < 2:
+        return sum(_store_arg_bytes(o, depth + 1) for o in obj)
+    return 8
+
+
 def _make_store_wrapper(fn):
     def counted(self, *args, **kwargs):
+        nbytes = sum(_store_arg_bytes(a) for a in args) + sum(_store_arg_bytes(v) for v in kwargs.values())
         with _lock:
             _totals["store_ops"] += 1
-        return fn(self, *args, **kwargs)
+            _totals["store_bytes"] += nbytes
+        result = fn(self, *args, **kwargs)
+        if isinstance(result, (bytes, bytearray, list)):  # get / multi_get: the reply's payload came back too
+            reply = _store_arg_bytes(result)
+            with _lock:
+                _totals["store_bytes"] += reply
+        return result
 
     _copy_identity(counted, fn)
     counted._infradev_op = "store"

@@ -6,7 +6,8 @@ import { fingerprintHash, hardwareFingerprint } from "../workspace/fingerprint.j
 import { runSubmission, type SandboxFactory } from "./pipeline.js";
 import { flakyIds } from "./score.js";
 import { gradedWorldSizes, worldSizesTag } from "./sessions.js";
-import type { Calibration, CaseRecord, GoldCase, HardwareFingerprint } from "./types.js";
+import type { Calibration, CaseRecord, GoldCase, HardwareFingerprint, SessionResult } from "./types.js";
+import { wireReferences } from "./wire-judge.js";
 import { defaultCalibrationDir } from "../../lib/paths.js";
 import { prefixed, type Progress } from "../../lib/progress.js";
 
@@ -22,8 +23,11 @@ import { prefixed, type Progress } from "../../lib/progress.js";
  * 4: gold run under the same plan as submissions: separate official / probe sessions, each from
  *    the same fresh state.
  * 5: gold run at each graded world size (`world_sizes`; ids carry `ws<N>/` the way a grade's do).
+ * 6: `wire_unexplained` (the sessions where gold's own loopback traffic exceeded wire.py's bound:
+ *    the bound is off there) and `wire_reference` (gold's residual and payload per session), for the
+ *    wire verdict (wire-judge.ts).
  */
-export const CALIBRATION_FORMAT = 5;
+export const CALIBRATION_FORMAT = 6;
 export const CALIBRATION_RUNS = 3;
 
 export { defaultCalibrationDir }; // lives in lib/paths.ts: the sandboxes mask it
@@ -113,6 +117,8 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
   if (opts.force) clearArtifacts(dir);
   const started = Date.now();
   const perRun: CaseRecord[][] = [];
+  const wireUnexplained = new Set<string>();
+  const sessionsPerRun: SessionResult[][] = [];
   for (let i = 1; i <= runs; i++) {
     const progress = prefixed(opts.onProgress, `calibrate ${task.id}: gold run ${i}/${runs}: `);
     const out = await runSubmission({
@@ -122,6 +128,9 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
       artifactDir: join(dir, `run${i}`),
       sandboxFactory: opts.sandboxFactory,
       worldSizes,
+      // Gold is never tampered: where its own traffic exceeds the bound, the verdict is disarmed for
+      // that session instead (wire_unexplained), and said.
+      wireJudge: () => [],
       onProgress: progress,
       signal: opts.signal,
     });
@@ -134,6 +143,12 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
       throw new CalibrationError(`${task.id}: gold run ${i} collected no test case (see ${join(dir, `run${i}`, "logs")})`);
     }
     perRun.push(out.cases);
+    sessionsPerRun.push(out.sessions);
+    for (const s of out.sessions) {
+      if (!s.wire?.verdict) continue;
+      wireUnexplained.add(s.file);
+      progress?.(`${s.file}: gold's own loopback traffic exceeds what its counted collectives explain (ratio ${s.wire.bound_ratio}); the wire verdict is off for this session`);
+    }
   }
   const cases = combineRuns(perRun);
   const calibration: Calibration = {
@@ -146,6 +161,8 @@ export async function calibrate(opts: CalibrateOptions): Promise<CalibrationHand
     runs,
     cases,
     flaky: flakyIds(cases),
+    wire_unexplained: [...wireUnexplained].sort(),
+    wire_reference: wireReferences(sessionsPerRun),
     created_at: new Date().toISOString(),
     duration_s: (Date.now() - started) / 1000,
   };

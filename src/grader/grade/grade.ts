@@ -12,6 +12,8 @@ import type { ConfigRevert, PytestPin } from "../workspace/harness-files.js";
 import type { Calibration, GradeResult, HardwareFingerprint, PartialRun, SessionResult } from "./types.js";
 import type { Progress } from "../../lib/progress.js";
 import { scanPatchForTampering, type TamperFinding } from "./tamper-scan.js";
+import { wireEvidence } from "./wire-judge.js";
+import type { WireCheck } from "../../runner/ranks.js";
 
 /**
  * `grade`: one submission of one task, end to end. Artifacts, under constant names:
@@ -80,8 +82,11 @@ export interface GradeOptions {
  *    one folder deeper, or in another folder, was resolved under 5); pass_to_pass counted in Set A.
  * 7: golden-differential rules judged on the host against golden's records from a session of its own
  *    (under 6 golden's package was staged beside the probes, where a submission could reach it).
+ * 8: the wire verdict: a session whose loopback carried more TCP payload than 1.25 × what its counted
+ *    collectives, groups and store requests can explain is `tampered` (launcher's kernel count,
+ *    wire.py), except in sessions where gold's own traffic exceeded the bound too.
  */
-export const GRADING_RULES = 7;
+export const GRADING_RULES = 8;
 
 export interface GradeMeta {
   grading_rules: number;
@@ -228,6 +233,10 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
       worldSizes,
       ...(opts.stopEarly ? { stopWhen: (s: SessionResult, p: SessionPlan) => shouldStopEarly(gold, s, p) } : opts.stopWhen ? { stopWhen: opts.stopWhen } : {}),
       ...(opts.stopEarly && opts.failFast !== false ? { failFast: (p: SessionPlan) => failFastIds(gold, p) } : {}),
+      // The wire verdict against gold's calibration: the bound (off where gold's own traffic exceeded
+      // it too) and gold's residual in the same session (wire-judge.ts).
+      wireJudge: (p: SessionPlan, wire: WireCheck | undefined) =>
+        wireEvidence(p.fileName, wire, { boundArmed: !(calibration.wire_unexplained ?? []).includes(p.fileName), reference: calibration.wire_reference?.[p.fileName] }),
       onProgress: say,
       signal: opts.signal,
     });

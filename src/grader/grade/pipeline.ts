@@ -5,7 +5,7 @@ import type { GraderTask } from "../../task/hidden/grader-task.js";
 import { applyPatch } from "../workspace/apply.js";
 import { writeJsonAtomic } from "../../lib/json.js";
 import { checkPatch } from "../workspace/patch-check.js";
-import { runRanks } from "../../runner/ranks.js";
+import { runRanks, type WireCheck } from "../../runner/ranks.js";
 import { differentialJudge } from "./differential-judge.js";
 import { GradingInterrupted, planSessions, runSessions, type SandboxFactory, type SessionPlan, type StopRule } from "./sessions.js";
 import type { ConfigRevert, PytestPin } from "../workspace/harness-files.js";
@@ -38,6 +38,8 @@ export interface RunSubmissionOptions {
   stopWhen?: StopRule;
   /** The ids each session stops at on their first failure (sessions.ts runSessions failFast). */
   failFast?: (plan: SessionPlan) => string[];
+  /** The wire verdict's evidence per session (sessions.ts RunSessionsOptions.wireJudge). */
+  wireJudge?: (plan: SessionPlan, wire: WireCheck | undefined) => string[];
   onProgress?: Progress;
   signal?: AbortSignal;
 }
@@ -138,6 +140,7 @@ export async function runSubmission(opts: RunSubmissionOptions): Promise<RunOutc
       signal: opts.signal,
       ...(opts.stopWhen ? { stopWhen: opts.stopWhen } : {}),
       ...(opts.failFast ? { failFast: opts.failFast } : {}),
+      ...(opts.wireJudge ? { wireJudge: opts.wireJudge } : {}),
       ...(judge ? { judge } : {}),
     });
     const lostPlans = plans.filter((p) => out.sessions.some((s) => s.file === p.fileName && s.lost_records));

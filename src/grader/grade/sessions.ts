@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { MergedCase } from "../../runner/merge.js";
-import { runRanks, type LaunchSummary, type RankAttachment } from "../../runner/ranks.js";
+import { runRanks, type LaunchSummary, type RankAttachment, type WireCheck } from "../../runner/ranks.js";
 import type { Sandbox } from "../../sandbox/types.js";
 import type { GraderTask } from "../../task/hidden/grader-task.js";
 import type { TaskSpec } from "../../task/public/schema.js";
@@ -12,6 +12,7 @@ import { exceptionType } from "./labels.js";
 import type { CaseRecord, CollectionError, PartialRun, SessionResult, Suite } from "./types.js";
 import { installedCaseId, mapCaseId, unmapText, type Canary, type InstallMap } from "../workspace/test-renaming.js";
 import { capEvidence, tamperEvidence } from "./tamper.js";
+import { wireEvidence } from "./wire-judge.js";
 import type { PytestPin } from "../workspace/harness-files.js";
 import { PROBES_DIR, pytestPinFor, stagedHashesNow, type StagedTests } from "../workspace/workspace.js";
 import type { Progress } from "../../lib/progress.js";
@@ -38,8 +39,9 @@ import type { Progress } from "../../lib/progress.js";
  * 4: a session per world size (`ranks` in the key; `ws<N>/` ids and `<mode>.ws<N>.<name>` files when not just `[ranks]`).
  * 5: the probes beside the official tests (same folder and depth), their conftest loaded as a plugin.
  * 6: golden-differential cases judged on the host against golden's records from its own session.
+ * 7: the wire verdict (wire.py's payload bound) is tamper evidence outside wireExempt sessions.
  */
-export const SESSION_FORMAT = 6;
+export const SESSION_FORMAT = 7;
 
 /**
  * The world sizes a grade runs every suite at, ascending: `override` alone (`grade --ranks N`), else
@@ -271,7 +273,13 @@ export interface RunSessionsOptions {
    * (differential-judge.ts), from the records the ranks attached. The session file keeps its answer.
    */
   judge?: (ctx: JudgeContext) => Promise<CaseRecord[]>;
+  /**
+   * The wire verdict's evidence lines for a session (wire-judge.ts): grade passes one built from gold's
+   * calibration, calibration one that returns none (gold is never tampered). Absent: the bound alone.
+   */
+  wireJudge?: (plan: SessionPlan, wire: WireCheck | undefined) => string[];
 }
+
 
 /**
  * Makes the grader's sandbox over a fresh workspace (the CLI passes one built on createSandbox).
@@ -403,6 +411,8 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       harnessError || lostRecords
         ? hashEvidenceOnly(staged, hashesAfter, name)
         : tamperEvidence({ session: name, ranks: plan.ranks, cases: r.cases, integrity: r.integrity, events: r.launch?.events, map: staged.map, canaries: plan.canaries, hashesBefore: staged.hashes, hashesAfter, extra, collectionErrors: collectionErrorIds(r.launch) });
+    const wire = !lostRecords && !harnessError ? r.integrity.find((i) => i.wire)?.wire : undefined;
+    tamper.push(...(opts.wireJudge ? opts.wireJudge(plan, wire) : wireEvidence(name, wire, { boundArmed: true })));
     const canaryCases = r.cases.filter((c) => mapCaseId(staged.map, c.id)?.suite === "canary");
     // Cut short (fail fast): a case no rank ran (missing, or stopped by the launcher on every rank) did not run.
     const ran = r.launch?.status === "fail_fast" ? r.cases.filter((c) => c.ranks.some((x) => x.outcome !== "missing" && !x.killed)) : r.cases;
@@ -422,7 +432,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       canaries: plan.canaries.map((c) => ({ id: c.real, expected: c.expected, ranks: canaryCases.find((m) => m.id === c.installed)?.ranks.map((rc) => rc.outcome) ?? [] })),
       tamper_evidence: capEvidence(tamper),
       audit: r.integrity.map((i) => (i.audit ? { rank: i.rank, session: i.session, armed: i.audit.armed, done: i.audit.done, refused_count: i.audit.refused_count, observed: i.audit.observed ?? {} } : null)),
-      ...(!lostRecords && r.integrity.some((i) => i.wire) ? { wire: r.integrity.find((i) => i.wire)?.wire } : {}),
+      ...(wire ? { wire } : {}),
       ...(lostRecords ? { lost_records: lostRecords } : {}),
       ...(harnessError ? { harness_error: harnessError } : {}),
       duration_s: (Date.now() - started) / 1000,

@@ -97,7 +97,8 @@ function integrityEvidence(rec: RankIntegrityRecord, cases: readonly MergedCase[
     if (missing.length) out.push(`rank ${r}: pytest exited ${exit} but ${missing.join(", ")} ${missing.length > 1 ? "are" : "is"} missing (removed or cut by code in the rank)`);
   }
   for (const g of rec.refused_groups ?? []) out.push(`rank ${r}: a collective was handed a group that is not a torch ProcessGroup: ${g}`);
-  // rec.wire (the kernel's count of what the session sent) is a record for review, not evidence: see wire.py.
+  // rec.wire (the kernel's count of what the session sent) is judged per session, against gold's
+  // calibration, by sessions.ts (wireEvidence): not here.
   if (exit === 0 && (failures(rec.plugin) > 0 || (rec.summary && failures(rec.summary) > 0) || (junit && failures(junit) > 0))) {
     out.push(`rank ${r}: pytest exited 0 although failures were recorded (plugin: ${fmt(rec.plugin)}${rec.summary ? `; summary: ${fmt(rec.summary)}` : ""})`);
   }

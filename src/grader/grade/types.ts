@@ -137,6 +137,14 @@ export interface GoldCase {
   probe?: ProbeMarker;
 }
 
+/** Gold's wire figures for one session name, over its calibration runs (wire-judge.ts). */
+export interface WireReference {
+  /** The largest residual_bytes_max (payload less expected, retransmissions in). */
+  residual_max: number;
+  /** The largest raw payload. */
+  payload_max: number;
+}
+
 export interface Calibration {
   format: number;
   task_id: string;
@@ -149,6 +157,14 @@ export interface Calibration {
   cases: GoldCase[];
   /** Ids whose outcome differs between runs: reported, kept in N_p (see score.ts for how they count). */
   flaky: string[];
+  /**
+   * Session file names where gold's own loopback traffic exceeded the wire bound in some run (tests
+   * that reach the process group from C++, which no counter sees): there a submission's wire verdict
+   * is not evidence. Absent in formats before 6.
+   */
+  wire_unexplained?: string[];
+  /** Gold's wire figures per session file name (wire-judge.ts); absent in formats before 6. */
+  wire_reference?: Record<string, WireReference>;
   created_at: string;
   duration_s: number;
 }

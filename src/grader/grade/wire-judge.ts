@@ -1,0 +1,60 @@
+import type { WireCheck } from "../../runner/ranks.js";
+import type { SessionResult, WireReference } from "./types.js";
+
+/**
+ * The wire verdict of one session (issue 21, property 3): the launcher's kernel count of the TCP
+ * payload the session's loopback carried (python/sandbox/infradev_launcher/wire.py, read outside
+ * the ranks, which cannot lower it) against what the ranks' counted collectives explain. Two rules,
+ * each tamper evidence when it fails:
+ *
+ * - **Bound** (gold-independent): more payload than 1.25 × the most every counted call, process group
+ *   and store request can put on lo (wire.py's payload_bound). Off in a session where gold's own
+ *   traffic exceeded it too (calibration `wire_unexplained`: tests reaching the process group from
+ *   C++, e.g. DDP's reducer, which no counter sees).
+ * - **Gold's residual**: the residual is the payload less what the counted calls are expected to
+ *   carry (wire.py's measured per-op model plus framing). Honest code leaves gold's residual (store
+ *   and connection traffic, framing); a collective smuggled past the counters adds its bytes to it,
+ *   however small a share of the session it is. The submission's residual (16 KiB taken out per
+ *   retransmitted segment, wire.py RETRANS_ALLOWANCE) may exceed gold's largest (over its calibration
+ *   runs, retransmissions in) by WIRE_SLACK_SHARE of the session's payload plus WIRE_SLACK_BYTES.
+ *
+ * Measured (grad-bucketing, w=2, probe session): gold's payload 60.12-60.20 MB in three runs; the
+ * per-parameter all-reduces dug out of the counter's closure (redteam-counts' direct-backend) 67.05
+ * MB with the same counted calls and bytes — 11 % of the session, inside the bound (ratio 0.55).
+ */
+export const WIRE_SLACK_SHARE = 0.03;
+export const WIRE_SLACK_BYTES = 512 * 1024;
+
+
+const mb = (n: number | undefined) => `${((n ?? 0) / 1e6).toFixed(3)} MB`;
+
+/** Gold's reference from its sessions of every calibration run: per session file name. */
+export function wireReferences(runs: ReadonlyArray<readonly SessionResult[]>): Record<string, WireReference> {
+  const out: Record<string, WireReference> = {};
+  for (const sessions of runs) {
+    for (const s of sessions) {
+      const w = s.wire;
+      if (!w || w.skip || typeof w.residual_bytes_max !== "number" || typeof w.payload_bytes !== "number") continue;
+      const prev = out[s.file];
+      out[s.file] = { residual_max: Math.max(prev?.residual_max ?? -Infinity, w.residual_bytes_max), payload_max: Math.max(prev?.payload_max ?? 0, w.payload_bytes) };
+    }
+  }
+  return out;
+}
+
+/** The evidence lines of one session's wire record (empty: it agrees). */
+export function wireEvidence(name: string, wire: WireCheck | undefined, opts: { boundArmed: boolean; reference?: WireReference }): string[] {
+  if (!wire || wire.skip) return [];
+  const out: string[] = [];
+  if (opts.boundArmed && wire.verdict) {
+    out.push(`${name}: the session's loopback carried ${mb(wire.payload_bytes_min)} of TCP payload (kernel count, outside the ranks), more than 1.25 × the ${mb(wire.payload_bound)} every counted collective call, process group and store request can explain (ratio ${wire.bound_ratio}; counted ${mb(wire.counted_bytes)} in ${wire.calls} calls): collectives run past the counters`);
+  }
+  const ref = opts.reference;
+  if (ref && typeof wire.residual_bytes_judged === "number") {
+    const allowed = ref.residual_max + WIRE_SLACK_SHARE * Math.max(ref.payload_max, wire.expected_payload ?? 0) + WIRE_SLACK_BYTES;
+    if (wire.residual_bytes_judged > allowed) {
+      out.push(`${name}: the session's loopback carried ${mb(wire.payload_bytes)} of TCP payload (kernel count, outside the ranks; ${wire.retrans_segments} retransmitted segments), ${mb(wire.residual_bytes_judged)} more than its counted collectives carry (expected ${mb(wire.expected_payload)}); gold's own sessions left at most ${mb(ref.residual_max)} unexplained (allowed ${mb(allowed)}): collectives run past the counters`);
+    }
+  }
+  return out;
+}
