@@ -3,6 +3,7 @@
 # own Python) with `grade-many`, then summarised per patch: Set A / Set B resolved, failing probe
 # cases. Repeats issue 22's measurement after a grading change (verdicts must not move).
 #   TASK=weight-sync-delta bash bench/heldout_regrade.sh      # -> $OUT/heldout.json (default /tmp/heldout-regrade)
+#   ONLY='correct_*' TASK=... bash bench/heldout_regrade.sh   # only the patches whose file name matches
 set -u
 TASK=${TASK:-weight-sync-delta}
 OUT=${OUT:-/tmp/heldout-regrade}
@@ -10,7 +11,7 @@ OUT=${OUT:-/tmp/heldout-regrade}
 WORK=${WORK:-$(mktemp -d /tmp/infradev-heldout-XXXXXX)}
 mkdir -p "$OUT" "$WORK/preds"
 rm -rf "$WORK/preds"; mkdir -p "$WORK/preds"
-for p in bench/heldout/$TASK/*.patch; do n=$(basename "$p" .patch); cp "$p" "$WORK/preds/$TASK--${n//_/-}.patch"; done
+for p in bench/heldout/$TASK/${ONLY:-*}.patch; do n=$(basename "$p" .patch); cp "$p" "$WORK/preds/$TASK--${n//_/-}.patch"; done
 T0=$(date +%s)
 node dist/cli/main.js grade-many --predictions "$WORK/preds" --out "$WORK/camp" --sandbox local \
   --concurrency "${JOBS:-2}" --calibration-dir "$WORK/cal" > "$OUT/grade-many.out" 2> "$OUT/grade-many.err"

@@ -411,8 +411,11 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       harnessError || lostRecords
         ? hashEvidenceOnly(staged, hashesAfter, name)
         : tamperEvidence({ session: name, ranks: plan.ranks, cases: r.cases, integrity: r.integrity, events: r.launch?.events, map: staged.map, canaries: plan.canaries, hashesBefore: staged.hashes, hashesAfter, extra, collectionErrors: collectionErrorIds(r.launch) });
-    const wire = !lostRecords && !harnessError ? r.integrity.find((i) => i.wire)?.wire : undefined;
-    tamper.push(...(opts.wireJudge ? opts.wireJudge(plan, wire) : wireEvidence(name, wire, { boundArmed: true })));
+    // One wire record per launcher session (rank 0's; a restart after a hang or crash is a new one, with
+    // its own counters): each is judged, so a hang cannot leave the traffic after it unjudged.
+    const wires = !lostRecords && !harnessError ? r.integrity.flatMap((i) => (i.wire ? [i.wire] : [])) : [];
+    const wire = wires[0];
+    for (const w of wires) tamper.push(...(opts.wireJudge ? opts.wireJudge(plan, w) : wireEvidence(name, w, { boundArmed: true })));
     const canaryCases = r.cases.filter((c) => mapCaseId(staged.map, c.id)?.suite === "canary");
     // Cut short (fail fast): a case no rank ran (missing, or stopped by the launcher on every rank) did not run.
     const ran = r.launch?.status === "fail_fast" ? r.cases.filter((c) => c.ranks.some((x) => x.outcome !== "missing" && !x.killed)) : r.cases;
@@ -433,6 +436,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
       tamper_evidence: capEvidence(tamper),
       audit: r.integrity.map((i) => (i.audit ? { rank: i.rank, session: i.session, armed: i.audit.armed, done: i.audit.done, refused_count: i.audit.refused_count, observed: i.audit.observed ?? {} } : null)),
       ...(wire ? { wire } : {}),
+      ...(wires.length > 1 ? { wires } : {}),
       ...(lostRecords ? { lost_records: lostRecords } : {}),
       ...(harnessError ? { harness_error: harnessError } : {}),
       duration_s: (Date.now() - started) / 1000,

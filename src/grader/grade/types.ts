@@ -107,10 +107,12 @@ export interface SessionResult {
   /**
    * The kernel's count of what the session sent on the sandbox's loopback beside what the ranks'
    * collective counters counted (python/sandbox/infradev_launcher/wire.py): a second, independent
-   * measurement for review, not a verdict; `skip` where it was not taken (no private network
-   * namespace, NCCL, a rank without totals). Absent from launchers that do not take it.
+   * measurement, judged by wire-judge.ts (grading rules 8); `skip` where it was not taken (no private
+   * network namespace, NCCL, a rank without totals). Absent from launchers that do not take it.
    */
   wire?: WireCheck;
+  /** Every launcher session's wire record when the launcher restarted (the first is `wire`). */
+  wires?: WireCheck[];
   /** Set when the launcher's records were lost (killed from inside, no bundle): cases count failed. */
   lost_records?: string;
   harness_error?: string;

@@ -121,6 +121,17 @@ describe.each(SANDBOX_BACKENDS)("grader on the %s sandbox", (backend) => {
       // Tests after the hang ran (in the launcher's restarted session) and passed.
       for (const id of ["test_all_mean_keeps_input", "test_mean_is_the_average", "test_one_all_reduce_call"]) expect(cases.get(id)!.outcome, id).toBe("passed");
       expect(out.result.with_probes).toMatchObject({ passed: 5, resolved: false });
+      // Each launcher session has its own kernel count, and each is judged (a hang cannot leave the
+      // traffic after it unjudged): the killed one has no totals from its hung rank, the restarted one does.
+      const sessionDir = join(out.artifactDir, "sessions");
+      const restarted = readdirSync(sessionDir).map((f) => JSON.parse(readFileSync(join(sessionDir, f), "utf8")) as SessionResult).filter((s) => s.wires);
+      expect(restarted.length, "a session file with one wire record per launcher session").toBe(1);
+      const [first, ...later] = restarted[0]!.wires!;
+      if (/not private|no kernel counters/.test(first!.skip ?? "")) return; // `none`: no loopback of its own to count
+      expect(first!.skip).toMatch(/a rank wrote no collective totals/);
+      expect(later.length).toBeGreaterThan(0);
+      for (const w of later) expect(w).toMatchObject({ verdict: false });
+      expect(restarted[0]!.tamper_evidence).toEqual([]);
     }, 180_000);
 
     it("the base as it is (the acceptance check's base row) really runs: the post-PR tests and the probes fail on it", async () => {
