@@ -12,6 +12,7 @@
 #     is copied to /opt any more; curate --run gets the same folder with --pythonpath.
 #   run(command="bash tasks/verl-grpo-vectorized/gpu_verl_grpo.sh", carry=["dist", ".device/i25"], timeout_s=600)
 # Knobs: MUTANTS=40 JOBS=8 TIME_LIMIT_MIN=4 CHECK_S=420 CURATE_S=150 SKIP_CURATE=1.
+# 2026-12-03 H200 (SKIP_CURATE=1 MUTANTS=60 JOBS=8 TIME_LIMIT_MIN=4 CHECK_S=480, 59 probe cases): passed, 190 s wall (check 181.6 s); mutants 203 generated, 60 graded, 59 killed (40 official, 19 probes only), 1 survived (group_mean_std:drop-kw#7), 43 equivalent; score 0.983 — gpu-check-summary-5.json.
 set -u
 C=.device/i25
 TASKS_DIR=${TASKS_DIR:-tasks}
