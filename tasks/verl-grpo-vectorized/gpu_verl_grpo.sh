@@ -13,6 +13,7 @@
 #   run(command="bash tasks/verl-grpo-vectorized/gpu_verl_grpo.sh", carry=["dist", ".device/i25"], timeout_s=600)
 # Knobs: MUTANTS=40 JOBS=8 TIME_LIMIT_MIN=4 CHECK_S=420 CURATE_S=150 SKIP_CURATE=1.
 # 2026-12-03 H200 (SKIP_CURATE=1 MUTANTS=60 JOBS=8 TIME_LIMIT_MIN=4 CHECK_S=480, 59 probe cases): passed, 190 s wall (check 181.6 s); mutants 203 generated, 60 graded, 59 killed (40 official, 19 probes only), 1 survived (group_mean_std:drop-kw#7), 43 equivalent; score 0.983 — gpu-check-summary-5.json.
+# 2026-12-03 H200 (SKIP_CURATE=1 MUTANTS=120 JOBS=14 TIME_LIMIT_MIN=4 CHECK_S=500, 59 probe cases): passed, 257 s wall (check 249 s); mutants 203 generated, 120 graded, 118 killed (73 official, 45 probes only), 2 survived (group_mean_std:drop-kw#7, as_torch_index:drop-kw#13; both triaged equivalent, now in hidden/mutants.yaml), 43 equivalent; score 0.983 — gpu-check-summary-6.json.
 set -u
 C=.device/i25
 TASKS_DIR=${TASKS_DIR:-tasks}
