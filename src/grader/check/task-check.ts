@@ -367,7 +367,7 @@ async function calibrateGold({ task, opts, worldSizes, add, say }: CheckContext)
   // The wire verdict's bound is off where gold's own traffic exceeds it (wire-judge.ts): said, since
   // there only gold's residual still catches collectives run past the counters.
   for (const name of cal.wire_unexplained ?? []) {
-    add("warning", "gold", `session ${name}: gold's own loopback traffic exceeds what its counted collectives can carry (tests that reach the process group from C++, e.g. DDP's reducer?): the wire bound is off there, gold's residual still applies`);
+    add("warning", "gold", `session ${name}: gold's own loopback traffic exceeds what its counted collectives can carry (tests that reach the process group from C++, e.g. DDP's reducer?): the wire verdict is off there — collectives run past the counters in that session go unseen`);
   }
 
   return { cal, handle, fingerprint, taskHash, goldProbes, skippedProbes };

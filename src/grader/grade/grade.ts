@@ -233,10 +233,11 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
       worldSizes,
       ...(opts.stopEarly ? { stopWhen: (s: SessionResult, p: SessionPlan) => shouldStopEarly(gold, s, p) } : opts.stopWhen ? { stopWhen: opts.stopWhen } : {}),
       ...(opts.stopEarly && opts.failFast !== false ? { failFast: (p: SessionPlan) => failFastIds(gold, p) } : {}),
-      // The wire verdict against gold's calibration: the bound (off where gold's own traffic exceeded
-      // it too) and gold's residual in the same session (wire-judge.ts).
+      // The wire verdict against gold's calibration: the bound and gold's residual in the same session
+      // (wire-judge.ts); neither where gold's own traffic exceeded the bound (its uncounted traffic,
+      // DDP's reducer say, varies from run to run: no reference to hold a submission to).
       wireJudge: (p: SessionPlan, wire: WireCheck | undefined) =>
-        wireEvidence(p.fileName, wire, { boundArmed: !(calibration.wire_unexplained ?? []).includes(p.fileName), reference: calibration.wire_reference?.[p.fileName] }),
+        (calibration.wire_unexplained ?? []).includes(p.fileName) ? [] : wireEvidence(p.fileName, wire, { boundArmed: true, reference: calibration.wire_reference?.[p.fileName] }),
       onProgress: say,
       signal: opts.signal,
     });

@@ -8,15 +8,18 @@ import type { SessionResult, WireReference } from "./types.js";
  * each tamper evidence when it fails:
  *
  * - **Bound** (gold-independent): more payload than 1.25 × the most every counted call, process group
- *   and store request can put on lo (wire.py's payload_bound). Off in a session where gold's own
- *   traffic exceeded it too (calibration `wire_unexplained`: tests reaching the process group from
- *   C++, e.g. DDP's reducer, which no counter sees).
+ *   and store request can put on lo (wire.py's payload_bound).
  * - **Gold's residual**: the residual is the payload less what the counted calls are expected to
  *   carry (wire.py's measured per-op model plus framing). Honest code leaves gold's residual (store
  *   and connection traffic, framing); a collective smuggled past the counters adds its bytes to it,
  *   however small a share of the session it is. The submission's residual (16 KiB taken out per
  *   retransmitted segment, wire.py RETRANS_ALLOWANCE) may exceed gold's largest (over its calibration
  *   runs, retransmissions in) by WIRE_SLACK_SHARE of the session's payload plus WIRE_SLACK_BYTES.
+ *
+ * Both are off in a session where gold's own traffic exceeded the bound (calibration
+ * `wire_unexplained`: tests reaching the process group from C++, e.g. DDP's reducer, which no counter
+ * sees): there gold's uncounted traffic varies from run to run (a DDP test's session: 7.4 and 14.7 MB
+ * of residual in two runs of gold), so neither rule has a reference to hold a submission to.
  *
  * Measured (grad-bucketing, w=2, probe session): gold's payload 60.12-60.20 MB in three runs; the
  * per-parameter all-reduces dug out of the counter's closure (redteam-counts' direct-backend) 67.05

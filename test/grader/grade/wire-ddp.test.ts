@@ -17,10 +17,12 @@ import { loadGraderTask, type GraderTask } from "../../../src/task/hidden/grader
  * bwrap, real 2-rank gloo sessions.
  *
  * - Gold's official session exceeds the bound: calibration lists it in `wire_unexplained`, gold is
- *   never tampered, and `task check` would say the bound is off there.
- * - Gold graded again is not tampered (the bound off, its residual within gold's own).
- * - A patch that smuggles an all-reduce through the backend method dug out of the counter's closure,
- *   in that same session, is still tampered: gold's residual holds where the bound is off.
+ *   never tampered, and `task check` says the wire verdict is off there.
+ * - Gold graded again is not tampered: in that session neither rule applies (gold's uncounted DDP
+ *   traffic varied 2x between two runs of gold when this test held it to the residual: measured).
+ * - A patch that smuggles an all-reduce through the backend method dug out of the counter's closure
+ *   on every call is tampered by the probe session, where gold's traffic is explained and the
+ *   verdict stays on — and not by the official session, where it is off.
  */
 
 const DDP_TEST = `import torch
@@ -75,7 +77,9 @@ describe("wire verdict where gold's tests reach the process group from C++ (DDP)
     cpSync(join(TEST_FIXTURES, "grader", "tasks", "tiny-mean"), join(tasks, "tiny-mean"), { recursive: true });
     writeFileSync(join(tasks, "tiny-mean", "hidden", "tests", "tests", "test_ddp.py"), DDP_TEST);
     task = loadGraderTask("tiny-mean", tasks);
-    calibration = (await calibrate({ task, cacheDir: join(root, "cal"), sandboxFactory: sandboxFactory() })).calibration;
+    // One calibration run (not 3): the stricter reference for the regrade of gold below, and a minute
+    // less of CI.
+    calibration = (await calibrate({ task, cacheDir: join(root, "cal"), sandboxFactory: sandboxFactory(), runs: 1 })).calibration;
   }, 400_000);
   afterAll(() => rmSync(root, { recursive: true, force: true }));
 
@@ -85,7 +89,7 @@ describe("wire verdict where gold's tests reach the process group from C++ (DDP)
     expect(Object.keys(calibration.wire_reference ?? {}).sort()).toEqual(["cpu.official", "cpu.probe"]);
   });
 
-  it("gold graded again is not tampered; a patch smuggling all-reduces past the counters in the same session is", async () => {
+  it("gold graded again is not tampered; a patch smuggling all-reduces past the counters is, by the session where the verdict is on", async () => {
     const gold = await gradeSubmission({ task, patchFile: task.hidden.goldenPatch, outDir: join(root, "out"), calibration, sandboxFactory: sandboxFactory() });
     expect(gold.result.tamper_evidence).toEqual([]);
     expect(gold.result.status).toBe("graded");
@@ -102,7 +106,7 @@ describe("wire verdict where gold's tests reach the process group from C++ (DDP)
     const why = JSON.stringify({ status: bad.result.status, evidence: bad.result.tamper_evidence, sessions: readdirSync(join(bad.artifactDir, "sessions")) });
     expect(bad.result.status, why).toBe("tampered");
     const lines = bad.result.tamper_evidence.join("\n");
-    // Where the bound is off (official) gold's residual says it; in the probe session both may.
-    expect(lines, why).toMatch(/cpu\.official: .* more than its counted collectives carry .*gold's own sessions left at most/);
+    expect(lines, why).toMatch(/cpu\.probe: .*collectives run past the counters/);
+    expect(lines, why).not.toMatch(/cpu\.official: .*loopback/);
   }, 300_000);
 });
