@@ -105,6 +105,7 @@ EXACT_PER_COUNTED_BYTE = {
     "reduce": lambda w: (w * w - 1.0) / (w * w),
 }
 FRAMING_PER_CALL = lambda w: 200 * max(1, w - 1)  # noqa: E731 - measured 48-186 (w-1) bytes per call and rank
+EXPECTED_PER_GROUP = lambda w: 300 * max(1, w)  # noqa: E731 - a group's set-up, measured ~490 bytes per rank at w=3
 # What one retransmitted segment is taken to have carried when judging (not its most, 64 KiB): gloo's
 # retransmissions on lo are small. Measured: gold's grad-bucketing probe session (w=2) carried 60.12,
 # 60.20 and 60.15 MB with 24, 28 and 13 retransmissions, and a submission 67.05 and 67.35 MB with 27
@@ -262,7 +263,8 @@ def payload_bound(comms, world):
 
 def expected_payload(comms, world):
     """(expected bytes, counted bytes by op): the payload honest gloo traffic of the counted calls puts
-    on lo, as measured per op (EXACT_PER_COUNTED_BYTE, else BYTES_PER_COUNTED_BYTE), with framing."""
+    on lo, as measured per op (EXACT_PER_COUNTED_BYTE, else BYTES_PER_COUNTED_BYTE), with framing, the
+    store's requests and the process groups' set-up."""
     total = 0.0
     by_op = {}
     for comm in comms:
@@ -272,6 +274,7 @@ def expected_payload(comms, world):
             total += n * ratio(world)
         total += sum(comm["calls"].values()) * FRAMING_PER_CALL(world)
         total += comm["store_ops"] * BYTES_PER_STORE_OP + comm.get("store_bytes", 0)
+        total += comm["groups"] * EXPECTED_PER_GROUP(world)
     return int(total), by_op
 
 

@@ -26,8 +26,9 @@ import { prefixed, type Progress } from "../../lib/progress.js";
  * 6: `wire_unexplained` (the sessions where gold's own loopback traffic exceeded wire.py's bound:
  *    the bound is off there) and `wire_reference` (gold's residual and payload per session), for the
  *    wire verdict (wire-judge.ts).
+ * 7: the residual's expected payload counts the process groups' set-up (wire.py EXPECTED_PER_GROUP).
  */
-export const CALIBRATION_FORMAT = 6;
+export const CALIBRATION_FORMAT = 7;
 export const CALIBRATION_RUNS = 3;
 
 export { defaultCalibrationDir }; // lives in lib/paths.ts: the sandboxes mask it
