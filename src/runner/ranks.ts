@@ -137,6 +137,9 @@ export interface WireCheck {
   residual_bytes_min?: number;
   /** payload_bytes less 16 KiB per retransmitted segment, less expected_payload: what the grader judges. */
   residual_bytes_judged?: number;
+  /** How many calls, process groups and store requests expected_payload counted, and its (upper) bytes per one. */
+  expected_units?: Record<string, number>;
+  expected_unit_bytes?: Record<string, number>;
   verdict?: boolean;
 }
 

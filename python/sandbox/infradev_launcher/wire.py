@@ -320,6 +320,15 @@ def check(before, after, comms, world):
         "residual_bytes_min": payload_min - expected,
         # The residual the grader judges: retransmissions taken out at RETRANS_ALLOWANCE each.
         "residual_bytes_judged": payload - RETRANS_ALLOWANCE * retrans - expected,
+        # What the expected payload counted per unit, and how many of each: the per-unit figures are
+        # upper estimates, so a session with fewer units than gold's is owed the difference
+        # (src/grader/grade/wire-judge.ts).
+        "expected_units": {
+            "calls": sum(n for c in comms for n in c["calls"].values()),
+            "groups": sum(c["groups"] for c in comms),
+            "store_ops": sum(c["store_ops"] for c in comms),
+        },
+        "expected_unit_bytes": {"calls": FRAMING_PER_CALL(world), "groups": EXPECTED_PER_GROUP(world), "store_ops": BYTES_PER_STORE_OP},
         "payload_bound": bound,
         "payload_bound_by": bound_by,
         "bound_ratio": round(payload_min / bound, 3) if bound else None,

@@ -27,8 +27,9 @@ import { prefixed, type Progress } from "../../lib/progress.js";
  *    the bound is off there) and `wire_reference` (gold's residual and payload per session), for the
  *    wire verdict (wire-judge.ts).
  * 7: the residual's expected payload counts the process groups' set-up (wire.py EXPECTED_PER_GROUP).
+ * 8: `wire_reference` keeps gold's most calls, groups and store requests per session (units_max).
  */
-export const CALIBRATION_FORMAT = 7;
+export const CALIBRATION_FORMAT = 8;
 export const CALIBRATION_RUNS = 3;
 
 export { defaultCalibrationDir }; // lives in lib/paths.ts: the sandboxes mask it

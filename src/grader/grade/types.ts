@@ -145,6 +145,8 @@ export interface WireReference {
   residual_max: number;
   /** The largest raw payload. */
   payload_max: number;
+  /** The most calls, process groups and store requests gold's sessions counted (expected_units). */
+  units_max?: Record<string, number>;
 }
 
 export interface Calibration {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { WireCheck } from "../../../src/runner/ranks.js";
 import type { SessionResult } from "../../../src/grader/grade/types.js";
-import { WIRE_SLACK_BYTES, WIRE_SLACK_SHARE, wireEvidence, wireReferences } from "../../../src/grader/grade/wire-judge.js";
+import { WIRE_SLACK_BYTES, WIRE_SLACK_SHARE, unitAllowance, wireEvidence, wireReferences } from "../../../src/grader/grade/wire-judge.js";
 
 /**
  * The wire verdict's two rules (wire-judge.ts) as pure functions over the launcher's records. The
@@ -18,7 +18,21 @@ describe("wire verdict", () => {
       [session("eager.probe", wire({ residual_bytes_max: 400_000, payload_bytes: 60.1e6 })), session("eager.official", wire({ skip: "network namespace not private" }))],
       [session("eager.probe", wire({ residual_bytes_max: 690_000, payload_bytes: 60.0e6 })), session("eager.official", undefined)],
     ]);
-    expect(refs).toEqual({ "eager.probe": { residual_max: 690_000, payload_max: 60.1e6 } });
+    expect(refs).toEqual({ "eager.probe": { residual_max: 690_000, payload_max: 60.1e6, units_max: {} } });
+  });
+
+  it("a session with fewer calls, groups or store requests than gold is owed their estimated framing; more are owed nothing", () => {
+    const ref = wireReferences([[session("eager.probe", wire({ residual_bytes_max: -1.7e6, payload_bytes: 16e6, expected_units: { calls: 10_000, groups: 4, store_ops: 30 } }))], [session("eager.probe", wire({ residual_bytes_max: -1.8e6, payload_bytes: 16e6, expected_units: { calls: 10_800, groups: 4, store_ops: 20 } }))]])["eager.probe"]!;
+    expect(ref.units_max).toEqual({ calls: 10_800, groups: 4, store_ops: 30 });
+    const perUnit = { calls: 200, groups: 600, store_ops: 256 };
+    // A patch that coalesces gold's small collectives: 1,000 calls where gold made up to 10,800.
+    const coalesced = wire({ expected_payload: 16e6, expected_units: { calls: 1_000, groups: 4, store_ops: 30 }, expected_unit_bytes: perUnit, residual_bytes_judged: -0.46e6 });
+    expect(unitAllowance(ref, coalesced)).toBe(200 * 9_800);
+    expect(wireEvidence("eager.probe", coalesced, { boundArmed: true, reference: ref })).toEqual([]);
+    // The same residual without that allowance would have read as smuggling (the held-out case it was found on).
+    expect(wireEvidence("eager.probe", { ...coalesced, expected_unit_bytes: {} }, { boundArmed: true, reference: ref })).toHaveLength(1);
+    // More calls than gold: nothing owed.
+    expect(unitAllowance(ref, wire({ expected_units: { calls: 20_000, groups: 9, store_ops: 90 }, expected_unit_bytes: perUnit }))).toBe(0);
   });
 
   it("a residual beyond gold's by more than the slack is evidence; within it is not", () => {
