@@ -298,6 +298,7 @@ def check(before, after, comms, world):
     payload = max(0, _delta(before, after, "tx_bytes") - HEADER_V4 * v4 - HEADER_V6 * v6)
     retrans = _delta(before, after, "retrans_segments")
     counted = sum(n for c in comms for n in c["bytes"].values())
+    calls = sum(n for c in comms for n in c["calls"].values())
     payload_min = max(0, payload - MAX_SEGMENT_PAYLOAD * retrans)
     bound, bound_by = payload_bound(comms, world)
     expected, by_op = expected_payload(comms, world)
@@ -312,7 +313,7 @@ def check(before, after, comms, world):
         "payload_bytes_min": payload_min,
         "counted_bytes": counted,
         "payload_ratio": round(payload / counted, 3) if counted else None,
-        "calls": sum(n for c in comms for n in c["calls"].values()),
+        "calls": calls,
         "counted_by_op": dict(sorted(by_op.items())[:64]),
         "expected_payload": expected,
         # What no counted call explains: at most (raw payload) and at least (retransmissions taken out).
@@ -324,7 +325,7 @@ def check(before, after, comms, world):
         # upper estimates, so a session with fewer units than gold's is owed the difference
         # (src/grader/grade/wire-judge.ts).
         "expected_units": {
-            "calls": sum(n for c in comms for n in c["calls"].values()),
+            "calls": calls,
             "groups": sum(c["groups"] for c in comms),
             "store_ops": sum(c["store_ops"] for c in comms),
         },
