@@ -24,7 +24,7 @@ import { prefixed, type Progress } from "../../lib/progress.js";
  *    the same fresh state.
  * 5: gold run at each graded world size (`world_sizes`; ids carry `ws<N>/` the way a grade's do).
  * 6: `wire_unexplained` (the sessions where gold's own loopback traffic exceeded wire.py's bound:
- *    the bound is off there) and `wire_reference` (gold's residual and payload per session), for the
+ *    the wire verdict is off there) and `wire_reference` (gold's residual and payload per session), for the
  *    wire verdict (wire-judge.ts).
  * 7: the residual's expected payload counts the process groups' set-up (wire.py EXPECTED_PER_GROUP).
  * 8: `wire_reference` keeps gold's most calls, groups and store requests per session (units_max).

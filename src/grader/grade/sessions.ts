@@ -39,7 +39,7 @@ import type { Progress } from "../../lib/progress.js";
  * 4: a session per world size (`ranks` in the key; `ws<N>/` ids and `<mode>.ws<N>.<name>` files when not just `[ranks]`).
  * 5: the probes beside the official tests (same folder and depth), their conftest loaded as a plugin.
  * 6: golden-differential cases judged on the host against golden's records from its own session.
- * 7: the wire verdict (wire.py's payload bound) is tamper evidence outside wireExempt sessions.
+ * 7: the wire verdict (wire-judge.ts: the bound and gold's residual) is tamper evidence (RunSessionsOptions.wireJudge).
  */
 export const SESSION_FORMAT = 7;
 
