@@ -6,6 +6,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { GradeResult } from "../../src/grader/grade/types.js";
 import { packageRoot } from "../../src/lib/paths.js";
+import { DIRECT_BACKEND_PY } from "../helpers/attack-snippets.js";
 
 /**
  * Red team against the counts and the records (issue 21, properties 3 and 5), through the real CLI
@@ -75,16 +76,7 @@ export const DIRECT_BACKEND = bend(
                 direct(pg, [view]).wait()
             dist.all_reduce(bucket.buffer, op=dist.ReduceOp.MAX, group=self.process_group)
 `,
-  `
-
-def _direct(pg, name):
-    f = getattr(type(pg), name)
-    for cell in getattr(f, "__closure__", None) or ():
-        v = cell.cell_contents
-        if callable(v) and getattr(v, "__name__", "") == name:
-            return v
-    return f
-`,
+  DIRECT_BACKEND_PY,
 );
 
 const RECORDS_REMOVED = bend(

@@ -237,7 +237,7 @@ export async function gradeSubmission(opts: GradeOptions): Promise<GradeOutcome>
       // (wire-judge.ts); neither where gold's own traffic exceeded the bound (its uncounted traffic,
       // DDP's reducer say, varies from run to run: no reference to hold a submission to).
       wireJudge: (p: SessionPlan, wire: WireCheck | undefined) =>
-        (calibration.wire_unexplained ?? []).includes(p.fileName) ? [] : wireEvidence(p.fileName, wire, { boundArmed: true, reference: calibration.wire_reference?.[p.fileName] }),
+        (calibration.wire_unexplained ?? []).includes(p.fileName) ? [] : wireEvidence(p.fileName, wire, { reference: calibration.wire_reference?.[p.fileName] }),
       onProgress: say,
       signal: opts.signal,
     });

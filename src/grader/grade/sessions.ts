@@ -415,7 +415,7 @@ export async function runSessions(opts: RunSessionsOptions): Promise<SessionsOut
     // its own counters): each is judged, so a hang cannot leave the traffic after it unjudged.
     const wires = !lostRecords && !harnessError ? r.integrity.flatMap((i) => (i.wire ? [i.wire] : [])) : [];
     const wire = wires[0];
-    for (const w of wires) tamper.push(...(opts.wireJudge ? opts.wireJudge(plan, w) : wireEvidence(name, w, { boundArmed: true })));
+    for (const w of wires) tamper.push(...(opts.wireJudge ? opts.wireJudge(plan, w) : wireEvidence(name, w)));
     const canaryCases = r.cases.filter((c) => mapCaseId(staged.map, c.id)?.suite === "canary");
     // Cut short (fail fast): a case no rank ran (missing, or stopped by the launcher on every rank) did not run.
     const ran = r.launch?.status === "fail_fast" ? r.cases.filter((c) => c.ranks.some((x) => x.outcome !== "missing" && !x.killed)) : r.cases;

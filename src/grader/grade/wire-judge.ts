@@ -63,11 +63,15 @@ export function wireReferences(runs: ReadonlyArray<readonly SessionResult[]>): R
   return out;
 }
 
-/** The evidence lines of one session's wire record (empty: it agrees). */
-export function wireEvidence(name: string, wire: WireCheck | undefined, opts: { boundArmed: boolean; reference?: WireReference }): string[] {
+/**
+ * The evidence lines of one session's wire record (empty: it agrees). Sessions where gold's own
+ * traffic exceeded the bound (calibration `wire_unexplained`) are not judged at all: the caller
+ * leaves them out (grade.ts).
+ */
+export function wireEvidence(name: string, wire: WireCheck | undefined, opts: { reference?: WireReference } = {}): string[] {
   if (!wire || wire.skip) return [];
   const out: string[] = [];
-  if (opts.boundArmed && wire.verdict) {
+  if (wire.verdict) {
     out.push(`${name}: the session's loopback carried ${mb(wire.payload_bytes_min)} of TCP payload (kernel count, outside the ranks), more than 1.25 × the ${mb(wire.payload_bound)} every counted collective call, process group and store request can explain (ratio ${wire.bound_ratio}; counted ${mb(wire.counted_bytes)} in ${wire.calls} calls): collectives run past the counters`);
   }
   const ref = opts.reference;

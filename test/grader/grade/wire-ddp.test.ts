@@ -1,3 +1,4 @@
+import { DIRECT_BACKEND_PY } from "../../helpers/attack-snippets.js";
 import { TEST_FIXTURES } from "../../helpers/paths.js";
 import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -46,16 +47,7 @@ def test_ddp_steps_agree_across_ranks():
 `;
 
 // all_mean right, plus 4 MiB all-reduced through the uncounted backend method on every call.
-const SMUGGLE = `
-
-def _direct(pg, name):
-    f = getattr(type(pg), name)
-    for cell in getattr(f, "__closure__", None) or ():
-        v = cell.cell_contents
-        if callable(v) and getattr(v, "__name__", "") == name:
-            return v
-    return f
-
+const SMUGGLE = `${DIRECT_BACKEND_PY}
 
 def all_mean(t: torch.Tensor) -> torch.Tensor:
     pg = dist.distributed_c10d._get_default_group()

@@ -28,9 +28,9 @@ describe("wire verdict", () => {
     // A patch that coalesces gold's small collectives: 1,000 calls where gold made up to 10,800.
     const coalesced = wire({ expected_payload: 16e6, expected_units: { calls: 1_000, groups: 4, store_ops: 30 }, expected_unit_bytes: perUnit, residual_bytes_judged: -0.46e6 });
     expect(unitAllowance(ref, coalesced)).toBe(200 * 9_800);
-    expect(wireEvidence("eager.probe", coalesced, { boundArmed: true, reference: ref })).toEqual([]);
+    expect(wireEvidence("eager.probe", coalesced, { reference: ref })).toEqual([]);
     // The same residual without that allowance would have read as smuggling (the held-out case it was found on).
-    expect(wireEvidence("eager.probe", { ...coalesced, expected_unit_bytes: {} }, { boundArmed: true, reference: ref })).toHaveLength(1);
+    expect(wireEvidence("eager.probe", { ...coalesced, expected_unit_bytes: {} }, { reference: ref })).toHaveLength(1);
     // More calls than gold: nothing owed.
     expect(unitAllowance(ref, wire({ expected_units: { calls: 20_000, groups: 9, store_ops: 90 }, expected_unit_bytes: perUnit }))).toBe(0);
   });
@@ -38,22 +38,22 @@ describe("wire verdict", () => {
   it("a residual beyond gold's by more than the slack is evidence; within it is not", () => {
     const reference = { residual_max: 690_000, payload_max: 61e6 };
     const allowed = 690_000 + WIRE_SLACK_SHARE * 61e6 + WIRE_SLACK_BYTES;
-    expect(wireEvidence("eager.probe", wire({ residual_bytes_judged: allowed - 1 }), { boundArmed: true, reference })).toEqual([]);
-    const [line, ...rest] = wireEvidence("eager.probe", wire({ residual_bytes_judged: 5.5e6 }), { boundArmed: true, reference });
+    expect(wireEvidence("eager.probe", wire({ residual_bytes_judged: allowed - 1 }), { reference })).toEqual([]);
+    const [line, ...rest] = wireEvidence("eager.probe", wire({ residual_bytes_judged: 5.5e6 }), { reference });
     expect(rest).toEqual([]);
     expect(line).toMatch(/^eager\.probe: .* 5\.500 MB more than its counted collectives carry .* gold's own sessions left at most 0\.690 MB unexplained .*collectives run past the counters$/);
     // No reference for this session (an older calibration, a record gold did not take): the bound alone.
-    expect(wireEvidence("eager.probe", wire({ residual_bytes_judged: 5.5e6 }), { boundArmed: true })).toEqual([]);
+    expect(wireEvidence("eager.probe", wire({ residual_bytes_judged: 5.5e6 }))).toEqual([]);
   });
 
-  it("the launcher's bound verdict is evidence unless gold's own session exceeded it too", () => {
+  it("the launcher's bound verdict is evidence on its own, without a reference", () => {
     const beyond = wire({ verdict: true, bound_ratio: 1.9 });
-    expect(wireEvidence("eager.ws2.probe", beyond, { boundArmed: true })).toEqual([expect.stringMatching(/more than 1\.25 × the .* can explain \(ratio 1\.9;/)]);
-    expect(wireEvidence("eager.ws2.probe", beyond, { boundArmed: false })).toEqual([]);
+    expect(wireEvidence("eager.ws2.probe", beyond)).toEqual([expect.stringMatching(/more than 1\.25 × the .* can explain \(ratio 1\.9;/)]);
+    expect(wireEvidence("eager.ws2.probe", wire({ verdict: false, bound_ratio: 1.2 }))).toEqual([]);
   });
 
   it("a record that was not taken is no evidence either way", () => {
-    expect(wireEvidence("eager.probe", wire({ skip: "NCCL groups: their traffic is not on these sockets", verdict: true, residual_bytes_judged: 1e9 }), { boundArmed: true, reference: { residual_max: 0, payload_max: 1 } })).toEqual([]);
-    expect(wireEvidence("eager.probe", undefined, { boundArmed: true })).toEqual([]);
+    expect(wireEvidence("eager.probe", wire({ skip: "NCCL groups: their traffic is not on these sockets", verdict: true, residual_bytes_judged: 1e9 }), { reference: { residual_max: 0, payload_max: 1 } })).toEqual([]);
+    expect(wireEvidence("eager.probe", undefined)).toEqual([]);
   });
 });
