@@ -9,7 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { JobSpec, JobStatus } from "../../src/campaign/engines/types.js";
-import { SlurmEngine, mapSlurmState, stateFromExitRecord } from "../../src/campaign/engines/slurm.js";
+import { SlurmEngine, mapSlurmState, scancelFailure, stateFromExitRecord } from "../../src/campaign/engines/slurm.js";
+import { driveGroups } from "../../src/campaign/matrix/jobs.js";
 import { batchScript, exitFilePath, sbatchArgv, shellQuote, type ExitRecord } from "../../src/campaign/engines/slurm-script.js";
 import { packageRoot } from "../../src/lib/paths.js";
 import { ensureBuilt } from "../helpers/backends.js";
@@ -32,6 +33,16 @@ function jobIn(dir: string, id: string, argv: string[], extra: Partial<JobSpec> 
 }
 
 describe("batch script and sbatch argv (no cluster needed)", () => {
+  it("scancel's answer: ids that already ended are not a failure, an unreachable controller or a missing binary is", () => {
+    expect(scancelFailure(0, "", null)).toBeNull();
+    expect(scancelFailure(1, "scancel: error: Kill job error on job id 12: Invalid job id specified\n", null)).toBeNull();
+    expect(scancelFailure(1, "scancel: error: Kill job error on job id 12: Job/step already completing or completed\n", null)).toBeNull();
+    expect(scancelFailure(1, "scancel: error: Kill job error on job id 12: Invalid job id specified\nscancel: error: Kill job error on job id 13: Unable to contact slurm controller (connect failure)\n", null)).toMatch(/job id 13: Unable to contact slurm controller/);
+    expect(scancelFailure(1, "", null)).toBe("scancel exited 1 without a word");
+    expect(scancelFailure(null, "", null)).toBe("scancel was killed");
+    expect(scancelFailure(null, "", "spawn scancel ENOENT")).toBe("spawn scancel ENOENT");
+  });
+
   it("the batch script hands every hostile word to the command unchanged (real /bin/sh)", () => {
     const dir = mkdtempSync(join(tmpdir(), "infradev slurm q '"));
     try {
@@ -186,6 +197,33 @@ describe.skipIf(!plan.run)("Slurm engine on a real cluster", () => {
     expect(readFileSync(job.stdoutPath, "utf8")).toMatch(new RegExp(`^=== \\S+ slurm engine: job fails \\(${id}\\) on \\S+\nto-out\n$`));
     expect(readFileSync(job.stderrPath, "utf8")).toMatch(/^=== .*\nto-err\n$/);
     await exitFileAgrees(job, id, st);
+  }, 120_000);
+
+  it.concurrent("an interrupted campaign whose scancel cannot reach the controller still ends, naming the jobs it left queued", async () => {
+    // The real scancel, given a configuration whose controller port nothing listens on: it fails as it
+    // does when the controller is down or too busy to answer. sbatch and squeue are the real ones.
+    const bin = mkdtempSync(join(tmpdir(), "infradev-slurm-bin-"));
+    const conf = readFileSync(process.env.SLURM_CONF ?? "/etc/slurm/slurm.conf", "utf8").replace(/^SlurmctldPort=.*$/m, "");
+    writeFileSync(join(bin, "unreachable.conf"), `${conf}\nSlurmctldPort=9\n`);
+    const which = (name: string) => spawnSync("sh", ["-c", `command -v ${name}`], { encoding: "utf8" }).stdout.trim();
+    for (const name of ["sbatch", "squeue", "sacct"]) writeFileSync(join(bin, name), `#!/bin/sh\nexec ${which(name)} "$@"\n`, { mode: 0o755 });
+    writeFileSync(join(bin, "scancel"), `#!/bin/sh\nSLURM_CONF=${join(bin, "unreachable.conf")} exec ${which("scancel")} "$@"\n`, { mode: 0o755 });
+    let id: string | null = null;
+    const cut = new SlurmEngine({ pollIntervalMs: 500, binDir: bin, sbatchArgs: ["--hold"], scancelAttempts: 1, onState: (_j, st) => (id ??= st.engineId) });
+    const ac = new AbortController();
+    const spec = jobIn(dir, "unreachable", ["/bin/true"]);
+    const driving = driveGroups(cut, [{ name: "t", first: spec, onFirstFailed: () => undefined, items: [] }], ac.signal, 1_000);
+    for (const end = Date.now() + 60_000; id === null && Date.now() < end; ) await new Promise((r) => setTimeout(r, 200));
+    expect(id).not.toBeNull();
+    submitted.push(id!);
+    ac.abort();
+    // Without the give-up after close, this wait would never end: a held job never ends by itself.
+    await expect(driving).rejects.toThrow(new RegExp(`could not cancel Slurm job\\(s\\) ${id} after 1 attempt\\(s\\) \\(.*Unable to contact slurm controller.*\\): cancel them with scancel ${id}`));
+    // What it says is true: the job is still queued.
+    expect((await engine.status([id!]))[0]!.state).toBe("queued");
+    await engine.cancel(id!);
+    expect((await engine.wait(id!)).state).toBe("cancelled");
+    rmSync(bin, { recursive: true, force: true });
   }, 120_000);
 
   it.concurrent("status of a held job is queued, of a sleeping one running; scancel → cancelled; a live job is adopted, not doubled", async () => {

@@ -23,11 +23,33 @@ export interface SlurmEngineOptions extends EngineOptions, SlurmSubmitOptions {
   binDir?: string;
   /** stdout paths of jobs an earlier process submitted (engine id → path), for their exit files. */
   jobOutputs?: Record<string, string>;
+  /** How many times close() runs scancel when it cannot reach the controller; default 3. */
+  scancelAttempts?: number;
 }
 
 const FINAL: ReadonlySet<JobState> = new Set(["done", "failed", "cancelled", "timeout"]);
 /** Consecutive failed squeue calls `wait` tolerates (about a minute at the default interval). */
 const MAX_FAILED_POLLS = 30;
+const SCANCEL_ATTEMPTS = 3;
+const SCANCEL_RETRY_MS = 1_000;
+
+/**
+ * Why a scancel of several ids failed, or null when it did what it could: scancel exits non-zero when
+ * any id had already ended ("Invalid job id", "already completing or completed") and still cancels the
+ * others, so only other errors (the controller unreachable, a spawn failure) count.
+ */
+export function scancelFailure(exitCode: number | null, stderr: string, spawnError: string | null): string | null {
+  if (spawnError) return spawnError;
+  if (exitCode === 0) return null;
+  if (exitCode === null) return "scancel was killed";
+  const lines = stderr
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean);
+  const other = lines.filter((l) => !/Invalid job id|already completing or completed/i.test(l));
+  if (other.length) return other.at(-1)!;
+  return lines.length ? null : `scancel exited ${exitCode} without a word`;
+}
 
 interface Waiter {
   resolve: (s: JobStatus) => void;
@@ -303,7 +325,21 @@ export class SlurmEngine implements Engine {
       // jobs and little time (a wrapper's kill may follow its TERM within seconds), and a squeue that
       // fails or answers "unknown" under load must not leave a queued job behind (CI, stop 26). scancel
       // of a job that already ended only prints an error for that id and still cancels the others.
-      await execa(this.bin("scancel"), live, { reject: false });
+      // A scancel that could not reach the controller (busy, restarting) is tried again; if it never
+      // does, close() says which jobs are left rather than returning as if they were gone.
+      let failure: string | null = null;
+      const attempts = Math.max(1, this.opts.scancelAttempts ?? SCANCEL_ATTEMPTS);
+      for (let attempt = 0; attempt < attempts; attempt++) {
+        if (attempt > 0) await sleep(SCANCEL_RETRY_MS * attempt);
+        const r = await execa(this.bin("scancel"), live, { reject: false });
+        failure = scancelFailure(r.exitCode ?? null, `${r.stderr ?? ""}`, r.failed && r.exitCode === undefined ? (r.shortMessage ?? "could not run scancel") : null);
+        if (failure === null) break;
+      }
+      if (failure !== null) {
+        this.mine.clear();
+        this.exitFiles.clear();
+        throw new Error(`could not cancel Slurm job(s) ${live.join(", ")} after ${attempts} attempt(s) (${failure}): cancel them with scancel ${live.join(" ")}`);
+      }
     }
     this.mine.clear();
     this.exitFiles.clear();

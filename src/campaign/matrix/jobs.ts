@@ -167,10 +167,20 @@ export interface WorkGroup {
  * so calibrations queue ahead of the runs. On abort the engine is closed (queued jobs dropped,
  * running ones ended) and nothing more is submitted; what finished stays finished.
  */
-export async function driveGroups(engine: Engine, groups: WorkGroup[], signal?: AbortSignal): Promise<{ interrupted: boolean }> {
+export async function driveGroups(engine: Engine, groups: WorkGroup[], signal?: AbortSignal, abandonAfterCloseMs = ABANDON_AFTER_CLOSE_MS): Promise<{ interrupted: boolean }> {
   let closing: Promise<void> | null = null;
+  // Once the engine is closed after an abort, the jobs it cancelled end within a poll or two and their
+  // waits see it; a job the cancel did not reach (a controller that did not answer) would be waited on
+  // for ever — a held or queued job never ends. Past a grace the waits are given up: the campaign is
+  // interrupted either way, and close() has said what it could not cancel.
+  const abandon = new AbortController();
+  let abandonTimer: NodeJS.Timeout | undefined;
   const onAbort = () => {
-    closing ??= engine.close();
+    if (closing) return;
+    closing = engine.close().finally(() => {
+      abandonTimer = setTimeout(() => abandon.abort(new Error("interrupted")), abandonAfterCloseMs);
+    });
+    closing.catch(() => undefined); // handled: the finally below awaits it and throws what it threw
   };
   signal?.addEventListener("abort", onAbort, { once: true });
   const run = async (spec: JobSpec): Promise<JobStatus | null> => {
@@ -182,7 +192,12 @@ export async function driveGroups(engine: Engine, groups: WorkGroup[], signal?: 
       if (signal?.aborted) return null;
       throw e;
     }
-    return engine.wait(engineId);
+    try {
+      return await engine.wait(engineId, abandon.signal);
+    } catch (e) {
+      if (abandon.signal.aborted) return null;
+      throw e;
+    }
   };
   try {
     const firsts = groups.map((g) => (g.first ? run(g.first) : Promise.resolve(null)));
@@ -206,10 +221,17 @@ export async function driveGroups(engine: Engine, groups: WorkGroup[], signal?: 
     );
   } finally {
     signal?.removeEventListener("abort", onAbort);
-    if (closing) await closing;
+    try {
+      if (closing) await closing;
+    } finally {
+      clearTimeout(abandonTimer);
+    }
   }
   return { interrupted: Boolean(signal?.aborted) };
 }
+
+/** How long the waits of an interrupted campaign outlive the engine's close (driveGroups). */
+export const ABANDON_AFTER_CLOSE_MS = 15_000;
 
 /** gold's calibration of one task, as a job (`infradev calibrate`), so concurrent grades find it cached. */
 export function calibrationJob(args: {
